@@ -1,0 +1,80 @@
+"""What the engine needs from a data set: a vocabulary and batches addressed by step.
+
+A batch is a dict of int32 numpy arrays ``inputs [batch, in_length]`` and
+``targets [batch, out_length]``; ``targets`` hold the answer followed by EOS
+and padding (id 0). The decoder input is ``targets`` shifted right with BOS
+(the model does that). ``train_batch(step)`` is a pure function of the task's
+seed and ``step``, so a run resumed at step ``s`` sees exactly the batches a
+straight run would have seen.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Protocol, Sequence
+
+import numpy as np
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+class Vocab(Protocol):
+  size: int
+  pad_id: int
+  bos_id: int
+  eos_id: int
+
+  def encode(self, text: str) -> list[int]:
+    """Text to ids, without BOS/EOS."""
+
+  def decode(self, ids: Sequence[int]) -> str:
+    """Ids to text; stops at EOS, skips PAD and BOS."""
+
+
+class Task(Protocol):
+  vocab: Vocab
+  is_text: bool  # evaluate BLEU (natural language) in addition to exact match
+
+  def train_batch(self, step: int) -> dict[str, np.ndarray]:
+    """The training batch of ``step`` (global, across all devices)."""
+
+  def eval_batches(self, split: str) -> Iterator[dict[str, np.ndarray]]:
+    """Every example of ``split`` once, in fixed order; the last batch may be padded with all-PAD rows."""
+
+
+class CharVocab:
+  """Character vocabulary: PAD=0, BOS=1, EOS=2, then one id per character."""
+
+  def __init__(self, chars: str):
+    if len(set(chars)) != len(chars):
+      raise ValueError(f"CharVocab characters must be unique, got {chars!r}")
+    self.chars = chars
+    self.pad_id, self.bos_id, self.eos_id = PAD, BOS, EOS
+    self.size = 3 + len(chars)
+    self._ids = {c: i + 3 for i, c in enumerate(chars)}
+
+  def encode(self, text: str) -> list[int]:
+    try:
+      return [self._ids[c] for c in text]
+    except KeyError as e:
+      raise ValueError(f"character {e.args[0]!r} is not in the vocabulary {self.chars!r}") from None
+
+  def decode(self, ids: Sequence[int]) -> str:
+    out = []
+    for i in ids:
+      i = int(i)
+      if i == EOS:
+        break
+      if i >= 3:
+        out.append(self.chars[i - 3])
+    return "".join(out)
+
+
+def pad_batch(rows: Sequence[Sequence[int]], length: int, eos: bool = False) -> np.ndarray:
+  """Right-pads id lists to ``[len(rows), length]`` (appending EOS first if asked)."""
+  out = np.zeros((len(rows), length), np.int32)
+  for n, r in enumerate(rows):
+    r = list(r) + ([EOS] if eos else [])
+    if len(r) > length:
+      raise ValueError(f"sequence of length {len(r)} does not fit the padded length {length}")
+    out[n, : len(r)] = r
+  return out
