@@ -51,11 +51,14 @@ class MultiHeadAttention(nn.Module):
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Optional[Array] = None, *, mask: Optional[Array] = None,
-               deterministic: bool = True) -> Array:
+               deterministic: bool = True, q_offset=0) -> Array:
     """``inputs_q [batch, q, features]``, ``inputs_kv [batch, k, features]`` (None: self-attention).
 
     ``mask`` is boolean, broadcastable to ``[batch, heads, q, k]``. The
     attention weights are sown in ``intermediates/attention_weights``.
+    ``q_offset`` is the position of query 0 when not decoding (the
+    encoder-decoder attention of a cached decoder step at position ``t``
+    passes ``t``); with ``decode=True`` the cache index is used instead.
     """
     if self.kind not in KINDS:
       raise ValueError(f"unknown attention kind {self.kind!r}; allowed: {list(KINDS)}")
@@ -71,11 +74,10 @@ class MultiHeadAttention(nn.Module):
                                          param_dtype=self.param_dtype, name=name)
     query, key, value = dense("query")(inputs_q), dense("key")(inputs_kv), dense("value")(inputs_kv)
 
-    q_offset = 0
     if self.decode:
       key, value, mask, q_offset = self._update_cache(key, value, mask)
     elif self.causal:
-      mask = attn.combine_masks(mask, attn.causal_mask(query.shape[1], key.shape[1]))
+      mask = attn.combine_masks(mask, attn.causal_mask(query.shape[1], key.shape[1], q_offset))
 
     scheme = self.scheme
     if scheme is None:
