@@ -35,7 +35,6 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
-from etils import epath
 from tensorflow_datasets.proto import tf_example_pb2
 
 from rpr.data.task import EOS, PAD, CharVocab
@@ -157,16 +156,6 @@ class ArithmeticBuilder(tfds.core.GeneratorBasedBuilder):
       make_config(10, "+-", "Tiny, for unit tests: single digits, 200 examples."),
   ]
   DEFAULT_BUILDER_CONFIG_NAME = "n1000_addsub"
-
-  @tfds.core.utils.classproperty
-  @classmethod
-  def code_path(cls) -> epath.Path:
-    # TFDS locates a builder's source file through `importlib_resources`, a
-    # backport it imports lazily but does not install; this venv lacks it and
-    # `download_and_prepare` then fails with ModuleNotFoundError. The file is
-    # only used to look for a download-checksums file next to it, which we
-    # never have, so pointing at this module directly is exact.
-    return epath.Path(__file__)
 
   def __init__(self, *, file_format: str | None = "array_record", **kwargs):
     # array_record by default: the Task relies on random access.

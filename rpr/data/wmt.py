@@ -68,8 +68,6 @@ from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
-from etils import epath
-from tensorflow_datasets.translate import wmt14
 
 from rpr.data import sentencepiece_vocab
 from rpr.data.task import EOS
@@ -94,26 +92,6 @@ def default_bucket_boundaries(max_length: int = DEFAULT_MAX_LENGTH) -> list[int]
     out.append(n)
     n += 8 if n < 64 else 16 if n < 128 else 32
   return out + [max_length]
-
-
-class _Wmt14Builder(wmt14.Wmt14Translate, skip_registration=True):
-  """TFDS's WMT14 builder, unchanged but for where it says its code lives.
-
-  TFDS 4.9.10 finds a builder's checksum file through ``code_path``, whose
-  implementation touches ``importlib_resources``, a backport TFDS declares
-  only for Python < 3.9; without it ``download_and_prepare`` fails with
-  ModuleNotFoundError. Pointing at the real module file gives the same path
-  (so TFDS's own legacy checksums are found) without the import. The name is
-  TFDS's, so prepared data lives at the usual
-  ``data_dir/wmt14_translate/<pair>/<version>``.
-  """
-
-  name = "wmt14_translate"
-
-  @tfds.core.utils.classproperty
-  @classmethod
-  def code_path(cls) -> epath.Path:
-    return epath.Path(inspect.getfile(wmt14.Wmt14Translate))
 
 
 @dataclasses.dataclass
@@ -368,7 +346,7 @@ class WmtTask:
   # training data in the workdir touches TFDS only to evaluate.
   def _tfds_builder(self) -> tfds.core.DatasetBuilder:
     if self._builder is None:
-      self._builder = _Wmt14Builder(config=self.config_name, data_dir=self.data_dir)
+      self._builder = tfds.builder(f"wmt14_translate/{self.config_name}", data_dir=self.data_dir)
       self._builder.download_and_prepare()  # no-op once prepared
     return self._builder
 
