@@ -14,7 +14,11 @@ With relative distance ``rel[i, j] = j - (i + offset)`` and clipping distance
 They are each other's transpose, so each one's gradient is the other: no
 scatter and no ``[q, k_len, head_dim]`` tensor is ever formed, and the extra
 work is O(q k head_dim) for the small tables plus elementwise passes over the
-logits that XLA fuses into the softmax.
+logits. On XLA's CPU backend those passes are not fused into the softmax (its
+library fusion of dot + softmax takes no gathers), so the dense path still pays
+about one logits-sized buffer per map; :mod:`rpr.chunked` avoids that by
+adding the out-of-band buckets as per-row constants and calling these maps
+only on the blocks that the band crosses.
 """
 
 from __future__ import annotations
@@ -54,28 +58,66 @@ def _float0_like(x):
   return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
 
 
+# Both maps are written so that XLA fuses them into their neighbours instead
+# of materialising index arrays. ``jnp.take_along_axis`` builds its indices as
+# an explicit ``[..., q, k_len, ndim]`` int32 tensor (4x the logits for
+# [b, h, q, k]); a gather from the flattened operand needs only one
+# coordinate, computed from iotas inside the fusion. Masked row sums are one
+# variadic reduce, which XLA's CPU backend emits as a single fused pass (a
+# plain ``sum(where(...))`` gets split off into a separate library reduction
+# that first writes the masked copy to memory).
+
+_INT32_LIMIT = 2 ** 31 - 1
+
+
+def _row_gather(x: Array, cols: Array) -> Array:
+  """``out[..., i, t] = x[..., i, cols[i, t]]`` for ``cols`` ``[rows, n]`` int32 in ``[0, x.shape[-1])``.
+
+  One gather from ``x`` flattened, at ``row * width + cols``, with the row
+  number built from iotas: the index is computed elementwise where it is used.
+  """
+  width = x.shape[-1]
+  shape = x.shape[:-1] + cols.shape[-1:]
+  if x.size >= _INT32_LIMIT or np.prod(shape[:-1]) * width >= _INT32_LIMIT:
+    # The flat index would overflow int32: fall back to the per-axis gather.
+    return jnp.take_along_axis(x, jnp.broadcast_to(cols, shape), axis=-1, mode="clip")
+  row = jnp.zeros(shape, jnp.int32)
+  for axis in range(len(shape) - 1):
+    row = row * shape[axis] + jax.lax.broadcasted_iota(jnp.int32, shape, axis)
+  index = row * width + jnp.broadcast_to(cols, shape)
+  dims = jax.lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,))
+  return jax.lax.gather(x.reshape(-1), index[..., None], dims, slice_sizes=(1,),
+                        mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+
+
 def _expand(x: Array, k_len: int, max_distance: int, offset) -> Array:
   q_len = x.shape[-2]
-  ids = bucket_ids(q_len, k_len, max_distance, offset)
-  ids = jnp.broadcast_to(ids, x.shape[:-2] + (q_len, k_len))
-  return jnp.take_along_axis(x, ids, axis=-1, mode="clip")
+  return _row_gather(x, bucket_ids(q_len, k_len, max_distance, offset))
+
+
+def _masked_row_sums(p: Array, *conditions: Array) -> tuple:
+  """``sum_j where(c[i, j], p[..., i, j], 0)`` for each ``[q, k]`` condition, in one fused pass."""
+  acc = jnp.promote_types(p.dtype, jnp.float32)
+  zero = jnp.zeros((), acc)
+  operands = tuple(jnp.where(c, p.astype(acc), zero) for c in conditions)
+  sums = jax.lax.reduce(operands, (zero,) * len(operands),
+                        lambda a, b: tuple(x + y for x, y in zip(a, b)), (p.ndim - 1,))
+  return tuple(s.astype(p.dtype) for s in sums)
 
 
 def _reduce(p: Array, max_distance: int, offset) -> Array:
   k = max_distance
   if k == 0:
-    return jnp.sum(p, axis=-1, keepdims=True)
+    return jnp.sum(p, axis=-1, keepdims=True, dtype=jnp.promote_types(p.dtype, jnp.float32)).astype(p.dtype)
   q_len, k_len = p.shape[-2:]
   rel = relative_distance(q_len, k_len, offset)
-  left = jnp.sum(jnp.where(rel <= -k, p, 0), axis=-1, keepdims=True)
-  right = jnp.sum(jnp.where(rel >= k, p, 0), axis=-1, keepdims=True)
+  left, right = _masked_row_sums(p, rel <= -k, rel >= k)
   # Interior buckets hold one key each: key j = i + offset + r for r in (-k, k).
   r = jnp.arange(-k + 1, k, dtype=jnp.int32)
   j = jnp.arange(q_len, dtype=jnp.int32)[:, None] + jnp.asarray(offset, jnp.int32) + r
   valid = (j >= 0) & (j < k_len)
-  j = jnp.broadcast_to(jnp.clip(j, 0, k_len - 1), p.shape[:-2] + j.shape)
-  inner = jnp.where(valid, jnp.take_along_axis(p, j, axis=-1, mode="clip"), 0)
-  return jnp.concatenate([left, inner.astype(p.dtype), right], axis=-1)
+  inner = jnp.where(valid, _row_gather(p, jnp.clip(j, 0, k_len - 1)), 0).astype(p.dtype)
+  return jnp.concatenate([left[..., None], inner, right[..., None]], axis=-1)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))

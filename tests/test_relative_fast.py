@@ -1,0 +1,116 @@
+"""rpr.relative's fused formulations (flat gathers, one-pass masked sums) against float64 loops.
+
+The fast maps must be exactly the old ones: same values, same gradients, for
+every clipping distance, offset sign and shape, including the int32-overflow
+fallback and traced offsets.
+"""
+
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rpr import relative as rel
+
+
+def bucket(i, j, k, offset):
+  return min(max(j - (i + offset), -k), k) + k
+
+
+def expand_loop(x, k_len, k, offset):
+  q = x.shape[-2]
+  out = np.zeros(x.shape[:-1] + (k_len,), np.float64)
+  for i, j in itertools.product(range(q), range(k_len)):
+    out[..., i, j] = x[..., i, bucket(i, j, k, offset)]
+  return out
+
+
+def reduce_loop(p, k, offset):
+  q, k_len = p.shape[-2:]
+  out = np.zeros(p.shape[:-1] + (2 * k + 1,), np.float64)
+  for i, j in itertools.product(range(q), range(k_len)):
+    out[..., i, bucket(i, j, k, offset)] += p[..., i, j]
+  return out
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def maps_and_grads(x, p, k_len, k, offset):
+  """expand, reduce and the gradients of <expand(x), p> and <reduce(p), x> (offset traced)."""
+  e = rel.expand(x, k_len, k, offset)
+  r = rel.reduce(p, k, offset)
+  gx = jax.grad(lambda x: jnp.sum(rel.expand(x, k_len, k, offset) * p))(x)
+  gp = jax.grad(lambda p: jnp.sum(rel.reduce(p, k, offset) * x))(p)
+  return e, r, gx, gp
+
+
+SHAPES = [  # (q_len, k_len): square, fewer queries (decoder), more queries, single query
+    (6, 6), (3, 8), (7, 4), (1, 5)]
+OFFSETS = [0, 2, -3, 9, -9]
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 5])
+@pytest.mark.parametrize("q_len,k_len", SHAPES)
+@pytest.mark.parametrize("offset", OFFSETS)
+def test_expand_reduce_gradients_match_loops(x64, rng, k, q_len, k_len, offset):
+  x = rng.normal(size=(2, 3, q_len, 2 * k + 1))
+  p = rng.normal(size=(2, 3, q_len, k_len))
+  e, r, gx, gp = maps_and_grads(jnp.asarray(x), jnp.asarray(p), k_len, k, jnp.int32(offset))
+  np.testing.assert_array_equal(np.asarray(e), expand_loop(x, k_len, k, offset))
+  np.testing.assert_allclose(np.asarray(r), reduce_loop(p, k, offset), rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(gx), reduce_loop(p, k, offset), rtol=1e-12, atol=1e-12)
+  np.testing.assert_array_equal(np.asarray(gp), expand_loop(x, k_len, k, offset))
+
+
+@pytest.mark.parametrize("k", [5, 40])
+def test_k_larger_than_both_lengths(x64, rng, k):
+  # Every key is inside the band: no row has a left or right clipped region.
+  x, p = rng.normal(size=(1, 2, 4, 2 * k + 1)), rng.normal(size=(1, 2, 4, 3))
+  e, r, gx, gp = maps_and_grads(jnp.asarray(x), jnp.asarray(p), 3, k, jnp.int32(1))
+  np.testing.assert_array_equal(np.asarray(e), expand_loop(x, 3, k, 1))
+  np.testing.assert_allclose(np.asarray(r), reduce_loop(p, k, 1), rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(gx), reduce_loop(p, k, 1), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("batch", [(), (3,), (2, 2, 2)])
+def test_any_number_of_leading_dims(x64, rng, batch):
+  k, q_len, k_len = 2, 4, 6
+  x, p = rng.normal(size=batch + (q_len, 2 * k + 1)), rng.normal(size=batch + (q_len, k_len))
+  np.testing.assert_array_equal(np.asarray(rel.expand(jnp.asarray(x), k_len, k, 1)), expand_loop(x, k_len, k, 1))
+  np.testing.assert_allclose(np.asarray(rel.reduce(jnp.asarray(p), k, 1)), reduce_loop(p, k, 1), rtol=1e-12)
+
+
+def test_int32_overflow_fallback_is_the_same_map(x64, rng, monkeypatch):
+  # Past 2^31 flat elements the maps fall back to a per-axis gather; force it on a small shape.
+  k, q_len, k_len = 2, 5, 7
+  x, p = rng.normal(size=(2, q_len, 2 * k + 1)), rng.normal(size=(2, q_len, k_len))
+  monkeypatch.setattr(rel, "_INT32_LIMIT", 8)
+  np.testing.assert_array_equal(np.asarray(rel._expand(jnp.asarray(x), k_len, k, -1)), expand_loop(x, k_len, k, -1))
+  np.testing.assert_allclose(np.asarray(rel._reduce(jnp.asarray(p), k, -1)), reduce_loop(p, k, -1), rtol=1e-12)
+
+
+def test_bfloat16_reduce_accumulates_in_float32(rng):
+  # 512 weights of 1/512 sum to exactly 1 in float32; bfloat16 running sums would drift.
+  p = jnp.full((1, 1, 512), 1 / 512, jnp.bfloat16)
+  r = rel.reduce(p, 1, 700)  # every key is left of the band: one bucket holds all
+  assert r.dtype == jnp.bfloat16
+  assert float(r[0, 0, 0]) == 1.0
+
+
+def test_no_index_tensor_is_materialised():
+  # The old take_along_axis version built int32 [b, h, q, k, 4] index tensors
+  # (4x the logits each) and a masked copy of the weights per boundary bucket:
+  # 7.5 logits-sized scratch buffers for this softmax round trip. The flat
+  # gather computes its index inside the fusion and the masked sums are one
+  # fused pass: what remains is the softmax's own buffers.
+  x = jnp.zeros((8, 8, 256, 33))
+  s = jnp.zeros((8, 8, 256, 256))
+
+  def f(x, s):
+    p = jax.nn.softmax(s + rel.expand(x, 256, 16, 0))
+    return jnp.sum(rel.reduce(p, 16, 0) ** 2)
+
+  temp = jax.jit(jax.grad(f, argnums=(0, 1))).lower(x, s).compile().memory_analysis().temp_size_in_bytes
+  assert temp < 3 * s.size * 4, temp / (s.size * 4)
