@@ -1,0 +1,110 @@
+"""Losses and evaluation metrics: smoothed cross entropy, token accuracy, exact match, BLEU.
+
+The loss and accuracy are jit-able and return *sums* with their token counts,
+so that sums over batches (and over devices, inside ``jax.jit``) stay exact;
+divide at the end. Exact match and BLEU run on the host over decoded ids.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rpr.data.task import EOS, PAD
+
+Array = jax.Array
+
+
+def smoothed_targets(targets: Array, vocab_size: int, label_smoothing: float) -> Array:
+  """``[..., vocab]`` target distribution: ``1 - eps`` on the gold id, ``eps / (V - 1)`` on every other id.
+
+  This is the tensor2tensor / Vaswani et al. (2017) convention (the gold id
+  gets exactly ``1 - eps``), not ``optax.smooth_labels`` (``eps / V`` on all ids).
+  """
+  if vocab_size < 2 and label_smoothing:
+    raise ValueError(f"label smoothing needs a vocabulary of >= 2 ids, got {vocab_size}")
+  confidence = 1.0 - label_smoothing
+  low = label_smoothing / max(vocab_size - 1, 1)
+  return jax.nn.one_hot(targets, vocab_size) * (confidence - low) + low
+
+
+def smoothing_entropy(vocab_size: int, label_smoothing: float) -> float:
+  """Entropy of :func:`smoothed_targets`: the least value the smoothed cross entropy can take."""
+  confidence = 1.0 - label_smoothing
+  low = label_smoothing / max(vocab_size - 1, 1)
+  h = 0.0
+  if confidence > 0:
+    h -= confidence * np.log(confidence)
+  if low > 0:
+    h -= (vocab_size - 1) * low * np.log(low)
+  return float(h)
+
+
+def cross_entropy(logits: Array, targets: Array, weights: Optional[Array] = None,
+                  label_smoothing: float = 0.0) -> tuple[Array, Array]:
+  """Label-smoothed cross entropy, summed over weighted tokens: ``(loss_sum, weight_sum)``.
+
+  ``logits [batch, length, vocab]``, ``targets [batch, length]`` int ids,
+  ``weights [batch, length]`` (default: 1 on non-PAD targets). Per token the
+  loss is ``-sum_v q_v log p_v - H(q)`` with ``q`` from :func:`smoothed_targets`
+  and ``H(q)`` its entropy: the KL divergence from ``q`` to the model, so it is
+  0 exactly when the model predicts ``q`` (with ``eps = 0``: when it puts all
+  mass on the gold id) and the number is comparable across smoothing values.
+  The mean loss of a batch is ``loss_sum / weight_sum``, the number of non-PAD
+  target tokens (the usual normalisation for translation).
+  """
+  if logits.ndim != targets.ndim + 1 or logits.shape[:-1] != targets.shape:
+    raise ValueError(f"logits {logits.shape} must be targets {targets.shape} + [vocab]")
+  if weights is None:
+    weights = targets != PAD
+  weights = weights.astype(jnp.float32)
+  vocab_size = logits.shape[-1]
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  soft = smoothed_targets(targets, vocab_size, label_smoothing)
+  loss = -jnp.sum(soft * log_probs, axis=-1) - smoothing_entropy(vocab_size, label_smoothing)
+  return jnp.sum(loss * weights), jnp.sum(weights)
+
+
+def token_accuracy(logits: Array, targets: Array, weights: Optional[Array] = None) -> tuple[Array, Array]:
+  """Weighted count of tokens whose argmax is the target: ``(correct_sum, weight_sum)``."""
+  if weights is None:
+    weights = targets != PAD
+  weights = weights.astype(jnp.float32)
+  correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+  return jnp.sum(correct * weights), jnp.sum(weights)
+
+
+def _through_eos(row: np.ndarray) -> np.ndarray:
+  """The ids of ``row`` up to and including its first EOS (all of it without EOS), PAD removed."""
+  hits = np.flatnonzero(row == EOS)
+  row = row[: hits[0] + 1] if hits.size else row
+  return row[row != PAD]
+
+
+def exact_match(predictions: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Per example: are all target tokens up to and including EOS predicted? ``(matches [batch], valid [batch])``.
+
+  ``predictions [batch, p_len]`` and ``targets [batch, t_len]`` are id arrays
+  (lengths may differ); anything a prediction writes after its EOS is ignored.
+  All-PAD target rows (padding of the last eval batch) are not ``valid`` and
+  never match.
+  """
+  predictions, targets = np.asarray(predictions), np.asarray(targets)
+  if predictions.shape[0] != targets.shape[0]:
+    raise ValueError(f"predictions {predictions.shape} and targets {targets.shape} differ in batch size")
+  valid = np.any(targets != PAD, axis=1)
+  matches = np.array([v and np.array_equal(_through_eos(p), _through_eos(t))
+                      for p, t, v in zip(predictions, targets, valid)], dtype=bool)
+  return matches, valid
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+  """Corpus BLEU (sacrebleu's default 13a tokenisation), 0-100, one reference per hypothesis."""
+  import sacrebleu  # only text tasks need it
+
+  if len(hypotheses) != len(references):
+    raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+  return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score)

@@ -1,0 +1,72 @@
+"""Learning-rate schedules and the optimizer, chosen by name from the config.
+
+Schedules map the optimizer's update count ``t = 0, 1, ...`` to a learning
+rate; they use ``s = t + 1`` so the first update is not taken with rate 0.
+
+* ``vaswani``: Vaswani et al. (2017), eq. 3:
+  ``lr = learning_rate * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)``
+  (the paper has ``learning_rate = 1``);
+* ``rsqrt``: the same shape scaled so that ``learning_rate`` is the peak,
+  reached at ``s = warmup``: ``lr = learning_rate * min(s / warmup, sqrt(warmup / s))``;
+* ``constant``: ``learning_rate`` after a linear warm-up of ``warmup`` steps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import jax.numpy as jnp
+import optax
+
+SCHEDULES = ("vaswani", "rsqrt", "constant")
+OPTIMIZERS = ("adam", "adamw")
+
+
+def vaswani(learning_rate: float, d_model: int, warmup_steps: int) -> optax.Schedule:
+  def schedule(count):
+    s = jnp.asarray(count, jnp.float32) + 1.0
+    return learning_rate * d_model ** -0.5 * jnp.minimum(s ** -0.5, s * warmup_steps ** -1.5)
+  return schedule
+
+
+def rsqrt(learning_rate: float, warmup_steps: int) -> optax.Schedule:
+  def schedule(count):
+    s = jnp.asarray(count, jnp.float32) + 1.0
+    return learning_rate * jnp.minimum(s / warmup_steps, jnp.sqrt(warmup_steps / s))
+  return schedule
+
+
+def constant(learning_rate: float, warmup_steps: int) -> optax.Schedule:
+  def schedule(count):
+    s = jnp.asarray(count, jnp.float32) + 1.0
+    return learning_rate * jnp.minimum(1.0, s / max(warmup_steps, 1))
+  return schedule
+
+
+def make_schedule(config, d_model: int) -> optax.Schedule:
+  """The schedule named ``config.schedule`` (see the module docstring)."""
+  name, lr, warmup = config.schedule, config.learning_rate, config.warmup_steps
+  if name == "vaswani":
+    return vaswani(lr, d_model, warmup)
+  if name == "rsqrt":
+    return rsqrt(lr, warmup)
+  if name == "constant":
+    return constant(lr, warmup)
+  raise ValueError(f"config.schedule: unknown schedule {name!r}; allowed: {list(SCHEDULES)}")
+
+
+def make_optimizer(config, d_model: int) -> tuple[optax.GradientTransformation, Callable]:
+  """``(optimizer, schedule)``: Adam(W) with ``config.adam_*``, optionally after global-norm clipping."""
+  schedule = make_schedule(config, d_model)
+  kw = dict(b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps)
+  if config.optimizer == "adam":
+    opt = optax.adam(schedule, **kw)
+  elif config.optimizer == "adamw":
+    opt = optax.adamw(schedule, weight_decay=config.weight_decay, **kw)
+  else:
+    raise ValueError(f"config.optimizer: unknown optimizer {config.optimizer!r}; allowed: {list(OPTIMIZERS)}")
+  clip = config.grad_clip_norm
+  if clip is not None and not math.isinf(clip):
+    opt = optax.chain(optax.clip_by_global_norm(clip), opt)
+  return opt, schedule

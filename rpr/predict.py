@@ -1,0 +1,61 @@
+"""Decoding with a trained Transformer: glue between the model's decode cache and :mod:`rpr.decode`.
+
+``predict(params, inputs, ...)`` encodes ``inputs [batch, L_in]`` once,
+then runs greedy or beam search one decoder token per step against the
+``cache`` collection and returns ``[batch, max_decode_len]`` ids laid out like
+``targets`` (tokens up to and including EOS, then PAD).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+from jax.sharding import NamedSharding
+
+from rpr import decode
+from rpr.model import ModelConfig, Transformer, init_cache
+
+Array = jax.Array
+
+
+def predict(params, inputs: Array, *, model_config: ModelConfig, max_decode_len: int, method: str = "greedy",
+            beam_size: int = 4, alpha: float = 0.6) -> Array:
+  """Decoded ids ``[batch, max_decode_len]`` for ``inputs [batch, L_in]`` (``method``: greedy or beam)."""
+  model = Transformer(model_config.replace(decode=True, deterministic=True))
+  encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
+  batch_size = inputs.shape[0]
+  cache = init_cache(model_config, batch_size, max_decode_len, inputs.shape[1])
+  if method == "beam":
+    encoded, inputs = decode.tile_beams((encoded, inputs), beam_size)
+
+  def tokens_to_logits(ids, cache):
+    logits, variables = model.apply({"params": params, "cache": cache}, encoded, inputs, ids,
+                                    method=Transformer.decode, mutable=["cache"])
+    return logits[:, -1], variables["cache"]
+
+  if method == "greedy":
+    sequences, _ = decode.greedy_search(tokens_to_logits, cache, batch_size, max_decode_len)
+  elif method == "beam":
+    sequences, _ = decode.beam_search(tokens_to_logits, cache, batch_size, max_decode_len, beam_size=beam_size,
+                                      alpha=alpha)
+  else:
+    raise ValueError(f"unknown decode method {method!r}; allowed: ['greedy', 'beam']")
+  return sequences
+
+
+def make_predict_fn(config, model_config: ModelConfig, batch_sharding: NamedSharding,
+                    replicated: NamedSharding) -> Callable[[object, Array, int], Array]:
+  """``fn(params, inputs, max_decode_len)`` jitted with the run's shardings; output replicated (host-readable)."""
+  jitted = {}
+
+  def fn(params, inputs, max_decode_len: int):
+    if max_decode_len not in jitted:
+      jitted[max_decode_len] = jax.jit(
+          functools.partial(predict, model_config=model_config, max_decode_len=max_decode_len,
+                            method=config.decode_method, beam_size=config.beam_size, alpha=config.beam_alpha),
+          in_shardings=(replicated, batch_sharding), out_shardings=replicated)
+    return jitted[max_decode_len](params, inputs)
+
+  return fn

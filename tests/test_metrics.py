@@ -1,0 +1,73 @@
+"""rpr.metrics: smoothed cross entropy against hand computations, accuracy, exact match, BLEU."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rpr import metrics
+
+
+def test_smoothed_cross_entropy_matches_a_hand_computation():
+  # One real token (id 3) and one PAD; vocabulary of 4, eps = 0.1.
+  logits = np.array([[[1.0, 2.0, 0.5, 3.0], [9.0, 0.0, 0.0, 0.0]]], np.float32)
+  targets = np.array([[3, 0]])
+  eps, v = 0.1, 4
+  z = np.log(np.sum(np.exp(logits[0, 0])))
+  logp = logits[0, 0] - z
+  q = np.full(v, eps / (v - 1))
+  q[3] = 1 - eps
+  entropy = -(0.9 * math.log(0.9) + 3 * (eps / 3) * math.log(eps / 3))
+  expected = -np.sum(q * logp) - entropy
+  loss_sum, weight_sum = metrics.cross_entropy(jnp.asarray(logits), jnp.asarray(targets), label_smoothing=eps)
+  assert float(weight_sum) == 1.0  # the PAD target does not count
+  np.testing.assert_allclose(float(loss_sum), expected, rtol=1e-6)
+
+
+def test_loss_is_zero_when_predicting_the_smoothed_targets_and_plain_ce_without_smoothing():
+  targets = jnp.array([[4, 2, 0]])
+  for eps in (0.0, 0.1, 0.3):
+    q = metrics.smoothed_targets(targets, 6, eps)
+    logits = jnp.log(jnp.maximum(q, 1e-30))  # eps = 0: one-hot, as good as it gets in float32
+    loss_sum, n = metrics.cross_entropy(logits, targets, label_smoothing=eps)
+    assert float(n) == 2.0
+    assert abs(float(loss_sum)) < 1e-5
+  logits = jnp.array([[[0.0, 1.0, 2.0]]])
+  loss_sum, _ = metrics.cross_entropy(logits, jnp.array([[1]]))
+  np.testing.assert_allclose(float(loss_sum), -(1.0 - math.log(1 + math.e + math.e ** 2)), rtol=1e-6)
+
+
+def test_token_accuracy_counts_non_pad_tokens_only():
+  logits = jnp.asarray(np.eye(5)[[3, 4, 2, 1]][None] * 5.0)  # argmax 3, 4, 2, 1
+  targets = jnp.array([[3, 5, 2, 0]])  # right, wrong, right (EOS), PAD
+  correct, n = metrics.token_accuracy(logits, targets)
+  assert (float(correct), float(n)) == (2.0, 3.0)
+
+
+def test_exact_match_up_to_eos_with_padding():
+  targets = np.array([
+      [5, 6, 2, 0],  # "ab" EOS
+      [5, 6, 2, 0],
+      [5, 6, 2, 0],
+      [7, 2, 0, 0],
+      [0, 0, 0, 0],  # padding row of the last eval batch
+  ])
+  predictions = np.array([
+      [5, 6, 2, 9, 9],  # matches: anything after EOS is ignored
+      [5, 6, 7, 2, 0],  # one token too many
+      [5, 6, 0, 0, 0],  # no EOS
+      [7, 2, 0, 0, 0],
+      [0, 0, 0, 0, 0],
+  ])
+  match, valid = metrics.exact_match(predictions, targets)
+  assert valid.tolist() == [True, True, True, True, False]
+  assert match.tolist() == [True, False, False, True, False]
+
+
+def test_bleu_of_identical_text_is_100_and_of_disjoint_text_is_0():
+  refs = ["the cat sat on the mat today", "a quick brown fox jumps over the dog"]
+  assert metrics.bleu(refs, refs) == pytest.approx(100.0)
+  assert metrics.bleu(["zz yy xx ww vv", "qq rr ss tt uu"], refs) == pytest.approx(0.0)
+  with pytest.raises(ValueError, match="hypotheses"):
+    metrics.bleu(refs[:1], refs)

@@ -1,0 +1,54 @@
+"""rpr.optim: the schedules' formulas, the optimizer chain."""
+
+import math
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from rpr import optim
+
+
+def _config(**kw):
+  c = ml_collections.ConfigDict(dict(schedule="vaswani", learning_rate=1.0, warmup_steps=4000, optimizer="adam",
+                                     adam_b1=0.9, adam_b2=0.98, adam_eps=1e-9, weight_decay=0.0,
+                                     grad_clip_norm=None))
+  c.update(kw)
+  return c
+
+
+def test_vaswani_schedule_is_equation_3():
+  s = optim.make_schedule(_config(), d_model=512)
+  for count in (0, 99, 3999, 4000, 99999):
+    step = count + 1
+    expected = 512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.5)
+    np.testing.assert_allclose(float(s(count)), expected, rtol=1e-5)
+
+
+def test_rsqrt_peaks_at_learning_rate_and_constant_warms_up():
+  s = optim.make_schedule(_config(schedule="rsqrt", learning_rate=2e-3, warmup_steps=100), d_model=512)
+  np.testing.assert_allclose(float(s(99)), 2e-3, rtol=1e-6)
+  np.testing.assert_allclose(float(s(399)), 2e-3 * math.sqrt(100 / 400), rtol=1e-6)
+  assert float(s(49)) == pytest.approx(1e-3)
+  c = optim.make_schedule(_config(schedule="constant", learning_rate=0.5, warmup_steps=10), d_model=8)
+  assert [float(c(i)) for i in (0, 4, 9, 1000)] == pytest.approx([0.05, 0.25, 0.5, 0.5])
+
+
+def test_clipping_bounds_the_first_adam_input():
+  params = {"w": jnp.zeros(3)}
+  grads = {"w": jnp.array([30.0, 40.0, 0.0])}  # norm 50
+  tx, _ = optim.make_optimizer(_config(grad_clip_norm=1.0, schedule="constant", warmup_steps=1), d_model=8)
+  state = tx.init(params)
+  _, state = tx.update(grads, state, params)
+  # The Adam first moment saw the clipped gradient: (1 - b1) * g / 50.
+  mu = state[1][0].mu["w"]
+  np.testing.assert_allclose(np.asarray(mu), 0.1 * np.array([0.6, 0.8, 0.0]), rtol=1e-6)
+
+
+def test_unknown_names_fail_with_the_allowed_ones():
+  with pytest.raises(ValueError, match=r"config.schedule.*allowed.*vaswani"):
+    optim.make_schedule(_config(schedule="cosine"), d_model=8)
+  with pytest.raises(ValueError, match=r"config.optimizer.*allowed.*adam"):
+    optim.make_optimizer(_config(optimizer="sgd"), d_model=8)

@@ -1,0 +1,49 @@
+"""rpr.data registry and the synthetic copy/reverse tasks follow the Task protocol."""
+
+import ml_collections
+import numpy as np
+import pytest
+
+from rpr import data
+from rpr.data.task import EOS, PAD
+
+
+def _config(dataset="reverse"):
+  return ml_collections.ConfigDict(dict(dataset=dataset, batch_size=8, eval_batch_size=5, min_length=2,
+                                        max_length=5, long_max_length=7, num_eval_examples=12, seed=3))
+
+
+def test_registry_names_and_unknown_name():
+  assert {"copy", "reverse"} <= set(data.names())
+  with pytest.raises(ValueError, match=r"config.dataset.*allowed.*copy"):
+    data.get_task(_config("nope"))
+
+
+@pytest.mark.parametrize("kind", ["copy", "reverse"])
+def test_batches_are_pure_in_step_and_solve_the_task(kind):
+  task = data.get_task(_config(kind))
+  a, b, c = task.train_batch(7), task.train_batch(7), task.train_batch(8)
+  for k in ("inputs", "targets"):
+    np.testing.assert_array_equal(a[k], b[k])
+    assert a[k].dtype == np.int32
+  assert not np.array_equal(a["inputs"], c["inputs"])
+  assert a["inputs"].shape == (8, 5) and a["targets"].shape == (8, 6)
+  for x, y in zip(a["inputs"], a["targets"]):
+    s = task.vocab.decode(x)
+    assert 2 <= len(s) <= 5
+    assert task.vocab.decode(y) == (s if kind == "copy" else s[::-1])
+    assert y[len(s)] == EOS and np.all(y[len(s) + 1:] == PAD)
+
+
+def test_eval_batches_cover_the_split_once_with_padded_last_batch():
+  task = data.get_task(_config())
+  batches = list(task.eval_batches("long"))
+  assert [len(b["inputs"]) for b in batches] == [5, 5, 5]
+  rows = np.concatenate([b["targets"] for b in batches])
+  assert np.all(rows[12:] == PAD) and np.all(rows[:12, 0] != PAD)
+  lengths = [len(task.vocab.decode(x)) for b in batches for x in b["inputs"]][:12]
+  assert min(lengths) >= 6 and max(lengths) <= 7
+  again = list(task.eval_batches("long"))
+  np.testing.assert_array_equal(batches[0]["inputs"], again[0]["inputs"])
+  with pytest.raises(ValueError, match="unknown split"):
+    next(task.eval_batches("test"))

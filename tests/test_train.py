@@ -1,0 +1,260 @@
+"""rpr.train end to end on the tiny config: outputs, exact resume, SIGTERM, NaN stop, data parallelism, bad configs."""
+
+import importlib.util
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from flax import traverse_util
+
+from rpr import data
+from rpr import run_config
+from rpr import train
+from rpr import writers
+from rpr.data import synthetic
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TESTS = pathlib.Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+  """A persistent compilation cache for this module: the runs below share their train step, compile it once."""
+  keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+          "jax_persistent_cache_min_entry_size_bytes")
+  old = {k: getattr(jax.config, k) for k in keys}
+  path = str(tmp_path_factory.mktemp("jax_cache"))
+  for k, v in zip(keys, (path, 0, 0)):
+    jax.config.update(k, v)
+  yield path
+  for k, v in old.items():
+    jax.config.update(k, v)
+
+
+def _env(cache_dir, devices=None):
+  """Environment of a subprocess: same compilation cache, optionally forced host device count."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=cache_dir,
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  if devices:
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+  return env
+
+
+def tiny_config(**overrides):
+  """configs/tiny.py, loaded by path as run.py's config flag does, with ``overrides``."""
+  spec = importlib.util.spec_from_file_location("rpr_configs_tiny", ROOT / "configs" / "tiny.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config()
+  config.update(overrides)
+  return config
+
+
+def load_state(workdir, step) -> dict:
+  """The saved TrainState of ``step`` as a flat dict of numpy arrays."""
+  tree = ocp.StandardCheckpointer().restore(str(pathlib.Path(workdir) / "checkpoints" / str(step) / "default"))
+  return {jax.tree_util.keystr(path): np.asarray(v) for path, v in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+# Short runs without evaluation, so that each test compiles only the train step.
+FAST = dict(num_train_steps=8, eval_splits=(), log_every_steps=2, checkpoint_every_steps=100, dropout_rate=0.1)
+
+
+def test_tiny_run_writes_the_workdir_and_learns(tmp_path):
+  workdir = tmp_path / "run"
+  results = train.train_and_evaluate(tiny_config(eval_splits=("valid",)), str(workdir))
+  saved = json.loads((workdir / "config.json").read_text())
+  assert saved["config"]["dataset"] == "copy" and saved["model_config"]["d_model"] == 32
+  records = writers.read_jsonl(workdir / "metrics.jsonl")
+  losses = [r["train/loss"] for r in records if "train/loss" in r]
+  assert len(losses) == 4 and losses[-1] < losses[0] - 0.4, losses
+  evals = [r for r in records if "valid/exact_match" in r]
+  assert [r["step"] for r in evals] == [20, 40]
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["20", "40"]
+  assert list(workdir.glob("events.out.tfevents.*"))
+  assert results["step"] == 40
+  assert results["valid/accuracy"] > 0.2  # chance is 1/13
+  assert 0.0 <= results["valid/exact_match"] <= 1.0
+
+
+class _SigtermAt:
+  """The copy task, but fetching the batch of ``step`` sends this process SIGTERM (a preemption)."""
+
+  def __init__(self, config, step):
+    self._task, self._step = synthetic.from_config("copy", config), step
+    self.vocab, self.is_text = self._task.vocab, self._task.is_text
+
+  def train_batch(self, step):
+    if step == self._step:
+      os.kill(os.getpid(), signal.SIGTERM)
+    return self._task.train_batch(step)
+
+  def eval_batches(self, split):
+    return self._task.eval_batches(split)
+
+
+def test_sigterm_saves_and_the_resumed_run_equals_a_straight_run(tmp_path, monkeypatch):
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  train.train_and_evaluate(tiny_config(**FAST), str(straight))
+
+  monkeypatch.setitem(data.REGISTRY, "copy_sigterm", data.Entry(lambda c: _SigtermAt(c, step=3)))
+  handler = signal.getsignal(signal.SIGTERM)
+  out = train.train_and_evaluate(tiny_config(**FAST, dataset="copy_sigterm"), str(resumed))
+  assert out["stopped_by_signal"] == 1.0 and out["step"] == 4  # step 3 finishes, then save and stop
+  assert sorted(os.listdir(resumed / "checkpoints")) == ["4"]
+  assert signal.getsignal(signal.SIGTERM) == handler  # the run's handler is removed again
+
+  out = train.train_and_evaluate(tiny_config(**FAST), str(resumed))
+  assert out["step"] == 8
+  a, b = load_state(straight, 8), load_state(resumed, 8)
+  assert a.keys() == b.keys()
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)  # bitwise: same batches, same dropout keys
+  steps = [r["step"] for r in writers.read_jsonl(resumed / "metrics.jsonl")]
+  assert steps == [2, 4, 6, 8]  # the metrics file continues where the stopped run left it
+
+
+def test_resume_by_raising_num_train_steps_is_exact_and_old_checkpoints_go(tmp_path):
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  train.train_and_evaluate(tiny_config(**{**FAST, "checkpoint_every_steps": 2, "keep_checkpoints": 2}),
+                           str(straight))
+  assert sorted(os.listdir(straight / "checkpoints")) == ["6", "8"]  # 2 and 4 deleted: keep the last 2
+  train.train_and_evaluate(tiny_config(**{**FAST, "num_train_steps": 4}), str(resumed))
+  train.train_and_evaluate(tiny_config(**FAST), str(resumed))
+  a, b = load_state(straight, 8), load_state(resumed, 8)
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+  workdir = tmp_path / "run"
+  train.train_and_evaluate(tiny_config(**{**FAST, "num_train_steps": 4}), str(workdir))
+  good = load_state(workdir, 4)
+  bad = tiny_config(**FAST, learning_rate=float("inf"))  # the first update makes the parameters inf/nan
+  with pytest.raises(train.NonFiniteError, match=r"non-finite training state at step 4.*checkpoint \(step 4\)"):
+    train.train_and_evaluate(bad, str(workdir))
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["4"]
+  for k, v in load_state(workdir, 4).items():
+    np.testing.assert_array_equal(v, good[k])
+
+
+_DP_SCRIPT = """
+import sys, numpy as np, jax
+sys.path.insert(0, {tests!r})
+import test_train
+np.savez({out!r}, devices=jax.device_count(), **test_train.run_steps(3))
+"""
+
+
+def run_steps(num_steps):
+  """``num_steps`` train steps of the tiny config (dropout on) on every device; flat parameters."""
+  import functools
+  from jax.sharding import NamedSharding, PartitionSpec as P
+  from rpr import model as model_lib
+  from rpr import optim
+
+  config = tiny_config(batch_size=8, dropout_rate=0.1)
+  mesh = train.make_mesh()
+  task = data.get_task(config)
+  model = model_lib.Transformer(run_config.model_config(config, task.vocab.size))
+  tx, schedule = optim.make_optimizer(config, model.config.d_model)
+  first = task.train_batch(0)
+  rep, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+  state = jax.jit(functools.partial(train.init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
+                                    target_length=first["targets"].shape[1]), out_shardings=rep)(jax.random.PRNGKey(0))
+  step = jax.jit(functools.partial(train.train_step, model=model, tx=tx, schedule=schedule, label_smoothing=0.1),
+                 in_shardings=(rep, rows), out_shardings=(rep, rep))
+  for s in range(num_steps):
+    batch = train.shard_batch(task.train_batch(s), mesh)
+    assert len(batch["inputs"].sharding.device_set) == mesh.size
+    state, _ = step(state, batch)
+  flat = traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
+  return {k: np.asarray(v) for k, v in flat.items()}
+
+
+def test_data_parallel_on_4_devices_matches_1_device(tmp_path, compilation_cache):
+  # XLA_FLAGS must be set before JAX starts: the 4-device run is a subprocess. The
+  # 1-device run is this process when it has one device, else a subprocess too.
+  runs = {4: None}
+  if jax.device_count() != 1:
+    runs[1] = None
+  for n in runs:
+    code = _DP_SCRIPT.format(tests=str(TESTS), out=str(tmp_path / f"{n}.npz"))
+    runs[n] = subprocess.Popen([sys.executable, "-c", code], env=_env(compilation_cache, devices=n), cwd=ROOT,
+                               stderr=subprocess.PIPE, text=True)
+  results = {}
+  if 1 not in runs:
+    results[1] = run_steps(3)
+  for n, p in runs.items():
+    _, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-3000:]
+    with np.load(tmp_path / f"{n}.npz") as f:
+      assert int(f["devices"]) == n
+      results[n] = {k: f[k] for k in f.files if k != "devices"}
+  one, four = results[1], results[4]
+  assert one and sorted(one) == sorted(four)
+  for k in one:
+    np.testing.assert_allclose(one[k], four[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+BAD_CONFIGS = [
+    (dict(position="absolute"), r"config.position = 'absolute'.*allowed: \[.*'shaw'"),
+    (dict(cross_position="sinusoidal"), r"config.cross_position.*allowed"),
+    (dict(preset="huge"), r"config.preset = 'huge'.*allowed: \['tiny', 'base', 'big'\]"),
+    (dict(num_heads=3), r"config.num_heads = 3 does not divide config.d_model = 32"),
+    (dict(max_distance=-1), r"config.max_distance = -1.*allowed: an int >= 0"),
+    (dict(dataset="wmt99"), r"config.dataset: unknown data set 'wmt99'; allowed: \[.*'copy'"),
+    (dict(dataset=""), r"config.dataset: unknown data set ''"),
+    (dict(eval_splits=("test",)), r"config.eval_splits.*allowed: names from \['valid', 'long'\]"),
+    (dict(optimizer="sgd"), r"config.optimizer = 'sgd'.*allowed: \['adam', 'adamw'\]"),
+    (dict(schedule="cosine"), r"config.schedule = 'cosine'.*allowed: \['vaswani', 'rsqrt', 'constant'\]"),
+    (dict(decode_method="sample"), r"config.decode_method.*allowed: \['greedy', 'beam'\]"),
+    (dict(learning_rate=-1.0), r"config.learning_rate = -1.0.*allowed: a number > 0"),
+    (dict(label_smoothing=1.0), r"config.label_smoothing"),
+    (dict(batch_size=0), r"config.batch_size = 0.*allowed: an int >= 1"),
+    (dict(dtype="float16"), r"config.dtype.*allowed: \['float32', 'bfloat16'\]"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", BAD_CONFIGS, ids=[next(iter(o)) + "=" + repr(next(iter(o.values())))
+                                                                 for o, _ in BAD_CONFIGS])
+def test_bad_config_fails_before_any_work_naming_the_key(tmp_path, overrides, message):
+  workdir = tmp_path / "run"
+  with pytest.raises(ValueError, match=message):
+    train.train_and_evaluate(tiny_config(**overrides), str(workdir))
+  assert not workdir.exists()  # nothing was built or written
+
+
+def test_missing_dataset_key_and_batch_not_divisible_by_devices():
+  config = tiny_config()
+  with config.unlocked():
+    del config["dataset"]
+  with pytest.raises(ValueError, match=r"config.dataset: unknown data set None"):
+    run_config.validate(config, num_devices=1)
+  with pytest.raises(ValueError, match=r"config.batch_size = 6 must be divisible by the number of devices \(4\)"):
+    run_config.validate(tiny_config(batch_size=6), num_devices=4)
+  with pytest.raises(ValueError, match=r"config.eval_batch_size = 16 must be divisible .* \(3\)"):
+    run_config.validate(tiny_config(batch_size=6), num_devices=3)
+
+
+def test_every_config_file_validates_and_run_py_trains_with_overrides(tmp_path, compilation_cache):
+  for path in sorted((ROOT / "configs").glob("*.py")):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run_config.validate(module.get_config(), num_devices=1)
+  workdir = tmp_path / "cli"
+  cmd = [sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={workdir}", "--config.num_train_steps=2",
+         "--config.eval_splits=()", "--config.dropout_rate=0.1", "--config.log_every_steps=1"]
+  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env(compilation_cache))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  saved = json.loads((workdir / "config.json").read_text())
+  assert saved["model_config"]["dropout_rate"] == 0.1 and saved["config"]["num_train_steps"] == 2
+  assert "step 2/2: loss" in proc.stderr
