@@ -1,0 +1,258 @@
+"""Transformer: cached decoding equals the full pass, masks, parameter counts, config checks."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rpr import generate, model, positions
+from rpr.data.task import BOS, EOS, PAD
+
+# Small distances so that 6-token sequences reach the clipped and bucketed ranges.
+POS = positions.PositionConfig(max_distance=2, num_buckets=4, bucket_max_distance=8)
+INPUTS = jnp.array([[5, 6, 7, 8, 9, 0, 0], [4, 4, 3, 0, 0, 0, 0]], jnp.int32)
+TARGETS = jnp.array([[5, 6, 9, 3, 7, 2], [3, 12, 11, 12, 13, 2]], jnp.int32)
+
+
+def tiny(**kw):
+  """The tiny preset with one layer per stack (compile time) unless ``kw`` says otherwise."""
+  kw = {"num_encoder_layers": 1, "num_decoder_layers": 1, **kw}
+  return model.preset("tiny", deterministic=True, position_config=POS, max_length=16, **kw)
+
+
+def init_shapes(config, inputs=jnp.ones((1, 4), jnp.int32), targets=jnp.ones((1, 4), jnp.int32)):
+  m = model.Transformer(config)
+  return jax.eval_shape(lambda: m.init(jax.random.PRNGKey(0), inputs, targets))["params"]
+
+
+def forward(config):
+  # Jitted: one compilation costs less than dispatching (and compiling) every op eagerly.
+  return jax.jit(model.Transformer(config).apply)
+
+
+def perturbed_params(config, seed=0):
+  """Random parameters of the right shapes, drawn in numpy.
+
+  Position tables are initialised near zero and would hide a wrong offset, so
+  every leaf gets noise of scale ``0.5 / sqrt(rows)`` (LayerNorm scales around
+  one). Shapes come from ``eval_shape``: running flax's initialisers op by op
+  takes seconds on a CPU.
+  """
+  shapes = init_shapes(config, INPUTS, TARGETS)
+  rng = np.random.default_rng(seed)
+
+  def draw(path, x):
+    noise = rng.normal(size=x.shape) * 0.5 / np.sqrt(x.shape[0] if x.ndim > 1 else 1)
+    return jnp.asarray(noise + (jax.tree_util.keystr(path).endswith("['scale']")), jnp.float32)
+
+  return jax.tree_util.tree_map_with_path(draw, shapes)
+
+
+def cached_logits(config, params, inputs, targets):
+  """Runs the decoder one token at a time from an init-sized cache; ``[b, L_out, vocab]``."""
+  m = model.Transformer(config.replace(decode=True))
+  encoded = m.apply({"params": params}, inputs, method="encode")
+  cache = model.init_cache(config, inputs.shape[0], targets.shape[1])
+
+  @jax.jit
+  def step(cache, ids):
+    logits, v = m.apply({"params": params, "cache": cache}, encoded, inputs, ids, method="decode", mutable=["cache"])
+    return v["cache"], logits
+
+  decoder_inputs = model.shift_right(targets)
+  out = []
+  for t in range(targets.shape[1]):
+    cache, logits = step(cache, decoder_inputs[:, t:t + 1])
+    out.append(logits)
+  return jnp.concatenate(out, axis=1)
+
+
+def test_every_scheme_is_tested():
+  assert set(CACHE_CASES) == set(positions.SCHEMES)
+
+
+# scheme -> cross-attention scheme tested with it (relative ones also in the
+# encoder-decoder attention, whose query position a decode step must supply).
+CACHE_CASES = {name: (name if name in model.cross_schemes() else "none") for name in positions.SCHEMES}
+
+
+@pytest.mark.parametrize("scheme", sorted(positions.SCHEMES))
+def test_cached_decoding_equals_full_pass(scheme):
+  # Two decoder layers for t5: its one bias table serves both from the stack's scheme module.
+  layers = 2 if scheme == "t5" else 1
+  config = tiny(encoder_position=scheme, decoder_position=scheme, cross_position=CACHE_CASES[scheme],
+                num_decoder_layers=layers)
+  params = perturbed_params(config)
+  full = forward(config)({"params": params}, INPUTS, TARGETS)
+  step = cached_logits(config, params, INPUTS, TARGETS)
+  assert full.shape == (2, 6, config.vocab_size)
+  np.testing.assert_allclose(step, full, atol=2e-5, rtol=2e-5)
+
+
+def test_cached_decoding_pre_layer_norm_separate_embeddings():
+  config = tiny(pre_layer_norm=True, share_embeddings=False, num_encoder_layers=2, num_decoder_layers=2)
+  params = perturbed_params(config)
+  assert "final_norm" in params["encoder"] and "final_norm" in params["decoder"]
+  assert {"source_embedding", "target_embedding"} <= set(params) and "logits" in params["decoder"]
+  full = forward(config)({"params": params}, INPUTS, TARGETS)
+  np.testing.assert_allclose(cached_logits(config, params, INPUTS, TARGETS), full, atol=2e-5, rtol=2e-5)
+
+
+def test_post_layer_norm_trains_with_dropout():
+  config = tiny().replace(deterministic=False)
+  params = perturbed_params(config)
+  assert "final_norm" not in params["encoder"] and "final_norm" not in params["decoder"]
+  train = jax.jit(lambda p, rng: model.Transformer(config).apply({"params": p}, INPUTS, TARGETS, rngs={"dropout": rng}))
+  a, b = train(params, jax.random.PRNGKey(1)), train(params, jax.random.PRNGKey(2))
+  c = forward(config.replace(deterministic=True))({"params": params}, INPUTS, TARGETS)
+  assert np.all(np.isfinite(a)) and not np.allclose(a, b) and not np.allclose(a, c)
+
+
+@pytest.mark.parametrize("scheme", ["shaw", "sinusoidal"])
+def test_padding_does_not_leak(scheme):
+  # More PAD after the inputs or the targets changes no logit of a real target position.
+  config = tiny(encoder_position=scheme, decoder_position=scheme)
+  params = perturbed_params(config)
+  apply = forward(config)
+  targets = TARGETS.at[1, 3:].set(PAD)
+  short = apply({"params": params}, INPUTS[:, :5], targets)
+  long = apply({"params": params}, jnp.pad(INPUTS, [(0, 0), (0, 3)]), jnp.pad(targets, [(0, 0), (0, 2)]))
+  np.testing.assert_allclose(long[0, :6], short[0], atol=1e-5)
+  np.testing.assert_allclose(long[1, :3], short[1, :3], atol=1e-5)
+
+
+def test_decoder_is_causal():
+  config = tiny()
+  params = perturbed_params(config)
+  apply = forward(config)
+  a = apply({"params": params}, INPUTS, TARGETS)
+  b = apply({"params": params}, INPUTS, TARGETS.at[:, 3].set(7))
+  # Target 3 enters the decoder at position 4 (shifted right): positions <= 3 cannot see it.
+  np.testing.assert_allclose(a[:, :4], b[:, :4], atol=1e-6)
+  assert not np.allclose(a[:, 4:], b[:, 4:])
+
+
+def count(tree) -> int:
+  return sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(tree))
+
+
+def expected_parameters(c: model.ModelConfig) -> int:
+  """By hand: no biases in attention projections; Shaw adds a^K and a^V tables per layer."""
+  d, f, v, h = c.d_model, c.d_ff, c.vocab_size, c.num_heads
+  attention = 4 * d * d  # W^Q, W^K, W^V, W^O
+  ffn = d * f + f + f * d + d
+  norm = 2 * d
+  rows = 2 * c.position_config.max_distance + 1
+  shaw = 2 * rows * c.head_dim * (1 if c.position_config.share_heads else h)
+  enc = attention + ffn + 2 * norm + (shaw if c.encoder_position == "shaw" else 0)
+  dec = 2 * attention + ffn + 3 * norm + (shaw if c.decoder_position == "shaw" else 0)
+  emb = v * d if c.share_embeddings else 2 * v * d + d * v + v
+  final = 2 * norm if c.pre_layer_norm else 0
+  return emb + c.num_encoder_layers * enc + c.num_decoder_layers * dec + final
+
+
+
+
+
+def test_tiny_parameter_count_is_pinned():
+  c = model.preset("tiny")
+  # vocab 16, d 32, d_ff 64, 2 heads of 16, k 8 (17 rows), 2 + 2 layers:
+  # embedding 16*32 = 512; encoder layer 4096 + 4192 + 128 + 2*2*17*16 = 9504;
+  # decoder layer 8192 + 4192 + 192 + 1088 = 13664.
+  assert expected_parameters(c) == 512 + 2 * 9504 + 2 * 13664 == 46848
+  assert count(init_shapes(c)) == 46848
+
+
+@pytest.mark.parametrize("name", ["base", "big"])
+def test_paper_presets(name):
+  c = model.preset(name)
+  assert (c.num_encoder_layers, c.num_decoder_layers, c.cross_position) == (6, 6, "none")
+  assert c.encoder_position == c.decoder_position == "shaw"
+  want = dict(base=(512, 8, 2048, 0.1, 16, False), big=(1024, 16, 4096, 0.3, 8, True))[name]
+  pc = c.position_config
+  assert (c.d_model, c.num_heads, c.d_ff, c.dropout_rate, pc.max_distance, pc.share_heads) == want
+  assert count(init_shapes(c)) == expected_parameters(c)
+
+
+def test_position_parameters_live_where_the_paper_puts_them():
+  shaw = init_shapes(tiny(num_encoder_layers=2))
+  assert "position" in shaw["encoder"]["layer_1"]["self_attention"]  # unique per layer
+  assert "position" not in shaw["decoder"]["layer_0"]["cross_attention"]  # plain cross-attention
+  t5 = init_shapes(tiny(encoder_position="t5", decoder_position="t5", num_encoder_layers=2))
+  assert t5["encoder"]["position"]["bias"].shape == (POS.num_buckets, 2)  # one table per stack
+  assert "position" not in t5["encoder"]["layer_0"]["self_attention"]
+  learned = init_shapes(tiny(encoder_position="learned", decoder_position="learned"))
+  assert learned["decoder"]["position"]["embedding"].shape == (16, 32)  # ModelConfig.max_length rows
+
+
+def test_attention_weights_are_sown():
+  config = tiny()
+  params = perturbed_params(config)
+  apply = jax.jit(lambda p: model.Transformer(config).apply({"params": p}, INPUTS, TARGETS, mutable=["intermediates"]))
+  _, state = apply(params)
+  w = state["intermediates"]["encoder"]["layer_0"]["self_attention"]["attention_weights"][0]
+  assert w.shape == (2, 2, 7, 7)
+  np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+  assert float(w[0, :, :5, 5:].max()) < 1e-6  # no weight on PAD keys
+  cross = state["intermediates"]["decoder"]["layer_0"]["cross_attention"]["attention_weights"][0]
+  assert cross.shape == (2, 2, 6, 7)
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (dict(encoder_position="relative"), r"encoder_position = 'relative'.*allowed: \['alibi'"),
+    (dict(cross_position="sinusoidal"), r"cross_position.*allowed"),
+    (dict(num_heads=3), r"num_heads = 3.*divisor of d_model = 32"),
+    (dict(position_config=positions.PositionConfig(max_distance=-1)), r"max_distance.*>= 0"),
+    (dict(dropout_rate=1.5), r"dropout_rate.*\[0, 1\)"),
+    (dict(num_decoder_layers=0), r"num_decoder_layers = 0.*>= 1"),
+    (dict(d_model=30, num_heads=10, encoder_position="rope"), r"rope.*even head_dim"),
+    (dict(dtype=jnp.int32), r"dtype"),
+    (dict(vocab_size=2), r"vocab_size.*PAD, BOS, EOS"),
+    (dict(d_modle=64), r"unknown ModelConfig key.*d_modle.*allowed"),
+])
+def test_bad_configs_raise_clearly(overrides, match):
+  with pytest.raises(ValueError, match=match):
+    model.preset("tiny", **overrides)
+
+
+def test_unknown_preset_lists_names():
+  with pytest.raises(ValueError, match=r"unknown model preset 'small'.*\['tiny', 'base', 'big'\]"):
+    model.preset("small")
+
+
+def test_config_is_frozen_and_variants_derive():
+  c = model.preset("tiny")
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    c.d_model = 64
+  d = c.replace(decode=True, deterministic=True)
+  assert d.decode and d.deterministic and not c.decode and hash(d) != hash(c)
+  assert c.to_dict()["position_config"]["max_distance"] == 8
+
+
+def test_greedy_generation_matches_full_pass_argmax():
+  # Greedy through the cache equals re-running the whole decoder on each prefix.
+  config = tiny()
+  params = perturbed_params(config)
+  n = 5
+  seqs, logp = jax.jit(lambda p, x: generate.generate(p, config, x, n, beam_size=1))(params, INPUTS)
+  apply = forward(config)
+  prefix = jnp.zeros((2, n), jnp.int32)
+  done = np.zeros(2, bool)
+  for t in range(n):
+    logits = apply({"params": params}, INPUTS, prefix)[:, t]
+    token = np.where(done, PAD, np.argmax(np.asarray(logits), -1))
+    prefix = prefix.at[:, t].set(token)
+    done |= token == EOS
+  np.testing.assert_array_equal(seqs, prefix)
+  assert np.all(np.asarray(logp) <= 0)
+
+
+def test_beam_generation_runs_and_is_no_worse_than_its_scores():
+  config = tiny()
+  params = perturbed_params(config)
+  run = jax.jit(lambda p, x: generate.generate(p, config, x, 5, beam_size=3, alpha=0.6, return_all=True))
+  seqs, scores = run(params, INPUTS)
+  assert seqs.shape == (2, 3, 5) and scores.shape == (2, 3)
+  assert np.all(np.diff(np.asarray(scores), axis=1) <= 0)
