@@ -144,7 +144,8 @@ def beam_search(tokens_to_logits: TokensToLogits, cache, batch_size: int, max_de
   Returns:
     ``sequences [batch, max_decode_len]`` and ``scores [batch]`` of the best
     hypothesis (``[batch, beam, max_decode_len]`` and ``[batch, beam]`` with
-    ``return_all``); sequences end in EOS and are PAD-padded.
+    ``return_all``, best first; a slot no finished hypothesis reached scores
+    ``NEG_INF``); sequences end in EOS and are PAD-padded.
   """
   _check(batch_size, max_decode_len)
   if not isinstance(beam_size, int) or beam_size < 1:

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rpr import generate, model, positions
+from rpr import decode, model, positions, predict
 from rpr.data.task import BOS, EOS, PAD
 
 # Small distances so that 6-token sequences reach the clipped and bucketed ranges.
@@ -236,7 +236,7 @@ def test_greedy_generation_matches_full_pass_argmax():
   config = tiny()
   params = perturbed_params(config)
   n = 5
-  seqs, logp = jax.jit(lambda p, x: generate.generate(p, config, x, n, beam_size=1))(params, INPUTS)
+  seqs = jax.jit(lambda p, x: predict.predict(p, x, model_config=config, max_decode_len=n))(params, INPUTS)
   apply = forward(config)
   prefix = jnp.zeros((2, n), jnp.int32)
   done = np.zeros(2, bool)
@@ -246,13 +246,26 @@ def test_greedy_generation_matches_full_pass_argmax():
     prefix = prefix.at[:, t].set(token)
     done |= token == EOS
   np.testing.assert_array_equal(seqs, prefix)
-  assert np.all(np.asarray(logp) <= 0)
 
 
-def test_beam_generation_runs_and_is_no_worse_than_its_scores():
+def test_beam_search_scores_match_the_full_pass():
+  # Every beam's score equals log P / lp recomputed by the teacher-forced model.
   config = tiny()
   params = perturbed_params(config)
-  run = jax.jit(lambda p, x: generate.generate(p, config, x, 5, beam_size=3, alpha=0.6, return_all=True))
-  seqs, scores = run(params, INPUTS)
-  assert seqs.shape == (2, 3, 5) and scores.shape == (2, 3)
-  assert np.all(np.diff(np.asarray(scores), axis=1) <= 0)
+  m = model.Transformer(config.replace(decode=True))
+  k, n, alpha = 3, 5, 0.6
+  encoded, inputs = decode.tile_beams(m.apply({"params": params}, INPUTS, method="encode"), k), \
+      decode.tile_beams(INPUTS, k)
+
+  def tokens_to_logits(ids, cache):
+    logits, v = m.apply({"params": params, "cache": cache}, encoded, inputs, ids, method="decode", mutable=["cache"])
+    return logits[:, 0], v["cache"]
+
+  search = jax.jit(lambda c: decode.beam_search(tokens_to_logits, c, 2, n, beam_size=k, alpha=alpha, return_all=True))
+  seqs, scores = search(model.init_cache(config, 2, n))
+  logp = jax.nn.log_softmax(forward(config)({"params": params}, inputs, seqs.reshape(2 * k, n)))
+  for row in range(2 * k):
+    toks = np.asarray(seqs.reshape(2 * k, n)[row])
+    length = int(np.argmax(toks == EOS)) + 1 if EOS in toks else n
+    want = float(sum(logp[row, t, toks[t]] for t in range(length))) / ((5 + length) / 6) ** alpha
+    assert float(scores.reshape(-1)[row]) == pytest.approx(want, abs=1e-4)
