@@ -29,7 +29,7 @@ import numpy as np
 from rpr import blocks
 from rpr import positions
 from rpr.attention import causal_mask, combine_masks, padding_mask
-from rpr.data.task import BOS, PAD
+from rpr.data.task import BOS, EOS, PAD
 
 Array = jax.Array
 
@@ -114,7 +114,7 @@ class ModelConfig:
                 "max_length"):
       v = getattr(self, key)
       need(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1, key, "an int >= 1")
-    need(self.vocab_size > max(PAD, BOS, 2), "vocab_size", "> 2 (ids 0, 1, 2 are PAD, BOS, EOS)")
+    need(self.vocab_size > max(PAD, BOS, EOS), "vocab_size", "> 2 (ids 0, 1, 2 are PAD, BOS, EOS)")
     need(self.d_model % self.num_heads == 0, "num_heads", f"a divisor of d_model = {self.d_model}")
     for key in ("dropout_rate", "attention_dropout_rate"):
       v = getattr(self, key)
