@@ -125,8 +125,10 @@ register("none")(Scheme)
 def sinusoid(positions: Array, features: int, dtype=jnp.float32) -> Array:
   """Vaswani et al.: ``PE(p, 2i) = sin(p / 10000^(2i/d))``, ``PE(p, 2i+1) = cos(...)``; ``[..., features]``."""
   half = features // 2
-  inv = 1.0 / (10000.0 ** (2.0 * jnp.arange(half, dtype=jnp.float32) / features))
-  angles = positions.astype(jnp.float32)[..., None] * inv
+  # At least float32 (bfloat16 angles are useless), float64 when asked for.
+  ct = jnp.promote_types(dtype, jnp.float32)
+  inv = 1.0 / (10000.0 ** (2.0 * jnp.arange(half, dtype=ct) / features))
+  angles = positions.astype(ct)[..., None] * inv
   pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(positions.shape + (2 * half,))
   if features % 2:
     pe = jnp.concatenate([pe, jnp.zeros(positions.shape + (1,))], axis=-1)
@@ -220,10 +222,12 @@ def rotate(x: Array, positions: Array, base: float = 10000.0) -> Array:
   d = x.shape[-1]
   if d % 2:
     raise ValueError(f"rope needs an even head_dim, got {d}")
-  inv = base ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / d)
-  angles = positions.astype(jnp.float32)[:, None] * inv  # [l, d/2]
+  # At least float32 (bfloat16 angles are useless), float64 for float64 inputs.
+  ct = jnp.promote_types(x.dtype, jnp.float32)
+  inv = base ** (-jnp.arange(0, d, 2, dtype=ct) / d)
+  angles = positions.astype(ct)[:, None] * inv  # [l, d/2]
   cos, sin = jnp.cos(angles)[None, :, None], jnp.sin(angles)[None, :, None]
-  x1, x2 = x[..., 0::2].astype(jnp.float32), x[..., 1::2].astype(jnp.float32)
+  x1, x2 = x[..., 0::2].astype(ct), x[..., 1::2].astype(ct)
   out = jnp.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
   return out.reshape(x.shape).astype(x.dtype)
 
