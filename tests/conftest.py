@@ -1,0 +1,51 @@
+"""Shared fixtures for the attention tests."""
+
+import jax
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def x64():
+  """float64 for the duration of one test only.
+
+  The oracles below are float64 numpy loops; comparing them with float32 JAX
+  would need tolerances loose enough to hide real bugs. The context manager
+  restores the flag afterwards so other tests keep JAX's float32 default.
+  """
+  with jax.enable_x64(True):
+    yield
+
+
+@pytest.fixture
+def rng():
+  # A fixed seed per test: failures reproduce exactly.
+  return np.random.default_rng(0)
+
+
+def _random_variables(model, *args, seed=0, scale=0.5, **kwargs):
+  """Variables for ``model.init(key, *args, **kwargs)`` without compiling the init.
+
+  ``jax.eval_shape`` traces the init (so shape checks and errors still run)
+  but compiles nothing; the values then come from numpy: parameters
+  ~ N(0, scale^2), every other collection (the decode cache) zero, as init
+  leaves it. A jitted init costs about a second of XLA time per layer (the
+  random number generator alone), which adds up over dozens of small tests.
+  """
+  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *args, **kwargs))
+  rng = np.random.default_rng(seed)
+  out = {}
+  for collection, tree in shapes.items():
+    if collection == "intermediates":
+      continue
+    if collection == "params":
+      fill = lambda s: jax.numpy.asarray(scale * rng.normal(size=s.shape), s.dtype)
+    else:
+      fill = lambda s: jax.numpy.asarray(np.zeros(s.shape, s.dtype))
+    out[collection] = jax.tree_util.tree_map(fill, tree)
+  return out
+
+
+@pytest.fixture
+def random_variables():
+  return _random_variables

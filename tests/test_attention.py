@@ -1,0 +1,439 @@
+"""rpr.attention and rpr.reference against float64 loops written from the equations.
+
+Shaw et al. (2018), for heads of size d:
+
+    e_ij = q_i (k_j + a^K_ij)^T / sqrt(d),  alpha = softmax_j(e_ij),  z_i = sum_j alpha_ij (v_j + a^V_ij)
+    a^K_ij = w^K_{clip(j - i, k)},  a^V_ij = w^V_{clip(j - i, k)}
+
+Computations under test are jitted once per case: compiling a whole check is
+about ten times faster than running its primitives eagerly on fresh shapes.
+"""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rpr import attention as attn
+from rpr import reference
+
+# ----------------------------------------------------------------------------
+# Oracles: one scalar at a time, straight from the equations.
+
+
+def shaw_loop(q, k, v, key_table, value_table, max_distance, offset=0, mask=None, ids=None):
+  """Per-element Shaw attention in float64 numpy; returns (z [b, q, h, d], alpha [b, h, q, k]).
+
+  Query ``i`` sits at position ``i + offset``; masked keys get weight exactly 0
+  (rows must keep at least one visible key).
+  """
+  b, nq, h, d = q.shape
+  nk = k.shape[1]
+  visible = np.ones((b, h, nq, nk), bool) if mask is None else np.broadcast_to(np.asarray(mask), (b, h, nq, nk))
+
+  def relation(bi, i, j):
+    if ids is None:
+      return min(max(j - (i + offset), -max_distance), max_distance) + max_distance
+    return ids[i, j] if ids.ndim == 2 else ids[bi, i, j]
+
+  def row(table, hi, r):
+    if table is None:
+      return np.zeros(d)
+    return table[r] if table.ndim == 2 else table[hi, r]
+
+  z = np.zeros((b, nq, h, d))
+  alpha = np.zeros((b, h, nq, nk))
+  for bi in range(b):
+    for hi in range(h):
+      for i in range(nq):
+        e = np.full(nk, -np.inf)
+        for j in range(nk):
+          if visible[bi, hi, i, j]:
+            a_k = row(key_table, hi, relation(bi, i, j))
+            e[j] = np.dot(q[bi, i, hi], k[bi, j, hi] + a_k) / math.sqrt(d)
+        w = np.exp(e - e.max())
+        w /= w.sum()
+        alpha[bi, hi, i] = w
+        for j in range(nk):
+          a_v = row(value_table, hi, relation(bi, i, j))
+          z[bi, i, hi] += w[j] * (v[bi, j, hi] + a_v)
+  return z, alpha
+
+
+def additive_loop(q, k, v, score, mask=None):
+  """Bahdanau: e_ij = score_h^T tanh(q_i + k_j), alpha = softmax_j(e), z_i = sum_j alpha_ij v_j."""
+  b, nq, h, _ = q.shape
+  nk = k.shape[1]
+  score = np.broadcast_to(score, (h, q.shape[-1]))
+  visible = np.ones((b, h, nq, nk), bool) if mask is None else np.broadcast_to(np.asarray(mask), (b, h, nq, nk))
+  z = np.zeros((b, nq, h, v.shape[-1]))
+  for bi in range(b):
+    for hi in range(h):
+      for i in range(nq):
+        e = np.array([np.dot(score[hi], np.tanh(q[bi, i, hi] + k[bi, j, hi])) if visible[bi, hi, i, j] else -np.inf
+                      for j in range(nk)])
+        w = np.exp(e - e.max())
+        w /= w.sum()
+        z[bi, i, hi] = w @ v[bi, :, hi]
+  return z
+
+
+# ----------------------------------------------------------------------------
+# Inputs.
+
+B, H, D = 2, 2, 3
+
+
+def qkv(rng, nq=4, nk=4, d=D):
+  return (rng.normal(size=(B, nq, H, d)), rng.normal(size=(B, nk, H, d)), rng.normal(size=(B, nk, H, d)))
+
+
+def tables(rng, layout, terms, rows, d=D):
+  """(key_table, value_table) in the ``shared`` [rows, d] or ``per_head`` [H, rows, d] layout."""
+  shape = (rows, d) if layout == "shared" else (H, rows, d)
+  kt = rng.normal(size=shape) if terms in ("both", "keys") else None
+  vt = rng.normal(size=shape) if terms in ("both", "values") else None
+  return kt, vt
+
+
+def padding(nq, nk, k_lengths=(4, 2)):
+  """[B, 1, q, k]: batch element b sees its first k_lengths[b] keys."""
+  valid = np.arange(nk)[None, :] < np.asarray(k_lengths)[:, None]
+  return np.broadcast_to(valid[:, None, None, :], (B, 1, nq, nk))
+
+
+def tree_relations(parents):
+  """Relation ids of a rooted tree: 0 self, 1 j is i's parent, 2 j is i's child, 3 sibling, 4 other."""
+  n = len(parents)
+  ids = np.full((n, n), 4)
+  for i in range(n):
+    for j in range(n):
+      if i == j:
+        ids[i, j] = 0
+      elif parents[i] == j:
+        ids[i, j] = 1
+      elif parents[j] == i:
+        ids[i, j] = 2
+      elif parents[i] == parents[j]:
+        ids[i, j] = 3
+  return ids
+
+
+def as_jnp(x):
+  return None if x is None else jnp.asarray(x)
+
+
+@functools.partial(jax.jit, static_argnames=("max_distance", "offset"))
+def fast_and_reference(q, k, v, table_pairs, mask, ids, *, max_distance, offset):
+  """(fast, reference) outputs and weights for each (key_table, value_table) pair, in one compilation."""
+  results = []
+  for kt, vt in table_pairs:
+    relative = attn.Relative(max_distance, kt, vt, offset, ids)
+    results.append((attn.dot_product_attention(q, k, v, mask=mask, relative=relative, return_weights=True),
+                    reference.shaw_attention_reference(q, k, v, kt, vt, max_distance, offset, mask, ids,
+                                                       return_weights=True)))
+  return results
+
+
+def check_against_loop(q, k, v, table_pairs, max_distance, offset=0, mask=None, ids=None):
+  """Fast path, reference and loop agree on outputs and weights (float64) for every table pair."""
+  pairs = [(as_jnp(kt), as_jnp(vt)) for kt, vt in table_pairs]
+  results = fast_and_reference(*map(as_jnp, (q, k, v)), pairs, as_jnp(mask), as_jnp(ids),
+                               max_distance=max_distance, offset=offset)
+  for (kt, vt), ((fast, fast_w), (ref, ref_w)) in zip(table_pairs, results):
+    assert fast.dtype == jnp.float64
+    z, alpha = shaw_loop(q, k, v, kt, vt, max_distance, offset, mask, ids)
+    terms = f"a^K {'on' if kt is not None else 'off'}, a^V {'on' if vt is not None else 'off'}"
+    for name, got, want in (("fast", fast, z), ("fast weights", fast_w, alpha), ("reference", ref, z),
+                            ("reference weights", ref_w, alpha)):
+      np.testing.assert_allclose(np.asarray(got), want, rtol=1e-10, atol=1e-12, err_msg=f"{name}, {terms}")
+
+
+# ----------------------------------------------------------------------------
+# 1. Shaw attention equals the loop.
+
+TERMS = ("both", "keys", "values", "neither")
+
+
+@pytest.mark.parametrize("mask", ["padding", "causal"])
+@pytest.mark.parametrize("layout", ["shared", "per_head"])
+def test_shaw_matches_loop_every_term_combination(x64, rng, layout, mask):
+  # a^K and a^V each on or off: both, keys only, values only, neither.
+  q, k, v = qkv(rng, nq=5, nk=5)
+  pairs = [tables(rng, layout, terms, rows=5) for terms in TERMS]
+  mask = padding(5, 5, (5, 3)) if mask == "padding" else np.asarray(attn.causal_mask(5, 5))
+  check_against_loop(q, k, v, pairs, 2, mask=mask)
+
+
+def test_shaw_matches_loop_unmasked_clipped(x64, rng):
+  # Length 6 with k = 1: most pairs are clipped.
+  q, k, v = qkv(rng, nq=6, nk=6)
+  check_against_loop(q, k, v, [tables(rng, "per_head", "both", rows=3)], 1)
+
+
+@pytest.mark.parametrize("layout,offset,nq", [("shared", 4, 1), ("per_head", 2, 3)])
+def test_shaw_matches_loop_decoder_offset(x64, rng, layout, offset, nq):
+  # Decoder steps: nq queries at positions offset..offset+nq-1 over 5 cached keys, causal.
+  q, k, v = qkv(rng, nq=nq, nk=5)
+  pairs = [tables(rng, layout, "both", rows=5)]
+  check_against_loop(q, k, v, pairs, 2, offset=offset, mask=np.asarray(attn.causal_mask(nq, 5, offset)))
+
+
+@pytest.mark.parametrize("layout,per_batch", [("shared", False), ("per_head", True)])
+def test_shaw_matches_loop_explicit_tree_ids(x64, rng, layout, per_batch):
+  # Relations of a tree instead of distances: [q, k] shared by the batch or [batch, q, k].
+  trees = [tree_relations([-1, 0, 0, 1, 1]), tree_relations([-1, 0, 1, 2, 2])]
+  ids = np.stack(trees) if per_batch else trees[0]
+  assert len(np.unique(ids)) == 5
+  q, k, v = qkv(rng, nq=5, nk=5)
+  pairs = [tables(rng, layout, "both", rows=5)]
+  check_against_loop(q, k, v, pairs, 0, ids=ids, mask=padding(5, 5, (5, 4)))
+
+
+GRAD_CASES = {
+    "shared-padding": dict(layout="shared", nq=4, nk=4, max_distance=2, offset=0, mask="padding", ids=False),
+    "per_head-causal-offset": dict(layout="per_head", nq=2, nk=5, max_distance=1, offset=3, mask="causal", ids=False),
+    "shared-k0": dict(layout="shared", nq=3, nk=3, max_distance=0, offset=0, mask=None, ids=False),
+    "per_head-tree-ids": dict(layout="per_head", nq=5, nk=5, max_distance=0, offset=0, mask=None, ids=True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GRAD_CASES))
+def test_gradients_match_reference(x64, rng, case):
+  c = GRAD_CASES[case]
+  q, k, v = qkv(rng, c["nq"], c["nk"])
+  rows = 5 if c["ids"] else 2 * c["max_distance"] + 1
+  kt, vt = tables(rng, c["layout"], "both", rows)
+  mask = {None: None, "padding": padding(c["nq"], c["nk"]),
+          "causal": np.asarray(attn.causal_mask(c["nq"], c["nk"], c["offset"]))}[c["mask"]]
+  ids = np.stack([tree_relations([-1, 0, 0, 1, 1]), tree_relations([-1, 0, 1, 2, 2])]) if c["ids"] else None
+  cotangent = rng.normal(size=q.shape)
+  kd, off = c["max_distance"], c["offset"]
+
+  def loss(fn):
+    return lambda *a: jnp.sum(fn(*a) * cotangent)
+
+  fast = loss(lambda q, k, v, kt, vt: attn.dot_product_attention(
+      q, k, v, mask=as_jnp(mask), relative=attn.Relative(kd, kt, vt, off, as_jnp(ids))))
+  slow = loss(lambda q, k, v, kt, vt: reference.shaw_attention_reference(
+      q, k, v, kt, vt, kd, off, as_jnp(mask), as_jnp(ids)))
+  args = tuple(map(jnp.asarray, (q, k, v, kt, vt)))
+  grads = jax.jit(lambda *a: (jax.grad(fast, argnums=range(5))(*a), jax.grad(slow, argnums=range(5))(*a)))(*args)
+  for name, g_fast, g_slow in zip(("query", "key", "value", "key_table", "value_table"), *grads):
+    assert np.any(np.asarray(g_slow) != 0), name  # the comparison must be able to fail
+    np.testing.assert_allclose(np.asarray(g_fast), np.asarray(g_slow), rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+# ----------------------------------------------------------------------------
+# 2. Clipping.
+
+
+@functools.partial(jax.jit, static_argnames=("max_distance", "offset"))
+def shaw(q, k, v, kt, vt, mask=None, *, max_distance, offset=0):
+  return attn.dot_product_attention(q, k, v, mask=mask, relative=attn.Relative(max_distance, kt, vt, offset))
+
+
+@pytest.mark.parametrize("offset,nq", [(0, 7), (6, 1)])
+def test_clipped_tables_equal_unclipped_tables_with_edges_repeated(x64, rng, offset, nq):
+  # Keys at distance 3, 4, ... must get exactly the distance-2 vectors: a k = 2
+  # layer equals a k = 6 (no clipping on 7 keys) layer whose rows for
+  # |distance| > 2 are copies of the distance +-2 rows.
+  q, k, v = qkv(rng, nq=nq, nk=7)
+  kt, vt = tables(rng, "per_head", "both", rows=5)
+  edge = np.clip(np.arange(-6, 7), -2, 2) + 2
+  wide_kt, wide_vt = kt[:, edge], vt[:, edge]
+  clipped = shaw(*map(jnp.asarray, (q, k, v, kt, vt)), max_distance=2, offset=offset)
+  wide = shaw(*map(jnp.asarray, (q, k, v, wide_kt, wide_vt)), max_distance=6, offset=offset)
+  np.testing.assert_allclose(np.asarray(clipped), np.asarray(wide), rtol=1e-12, atol=1e-12)
+  # And the far rows matter: changing a wide table's outer rows changes the output.
+  wide_kt[:, 0] += 1.0
+  moved = shaw(*map(jnp.asarray, (q, k, v, wide_kt, wide_vt)), max_distance=6, offset=offset)
+  assert np.max(np.abs(np.asarray(moved) - np.asarray(wide))) > 1e-3
+
+
+def test_clipped_key_contribution_is_the_distance_2_vector(x64, rng):
+  # The a^K logits term directly: q_0 . w^K_{clip(j)} / sqrt(d) for keys j = 0..6.
+  q = rng.normal(size=(1, 1, 1, D))
+  kt = rng.normal(size=(5, D))
+  scaled = q / math.sqrt(D)
+  got = np.asarray(jax.jit(lambda q, t: attn.relative_logits(q, attn.Relative(2, t), 7))(
+      jnp.asarray(scaled), jnp.asarray(kt)))[0, 0, 0]
+  want = [scaled[0, 0, 0] @ kt[min(j, 2) + 2] for j in range(7)]
+  np.testing.assert_allclose(got, want, rtol=1e-12)
+  assert np.all(got[3:] == got[2])
+
+
+def test_shaw_offset_is_translation_invariant(x64, rng):
+  # Queries at offset 1 over keys 0..3, versus the same queries at offset 4
+  # over the same keys moved to 3..6 (three masked keys in front): every
+  # j - i is unchanged, so the output must be too.
+  q, k, v = qkv(rng, nq=2, nk=4)
+  kt, vt = tables(rng, "per_head", "both", rows=5)
+  junk = rng.normal(size=(B, 3, H, D))
+  k2, v2 = np.concatenate([junk, k], 1), np.concatenate([junk, v], 1)
+  mask = (np.arange(7) >= 3)[None, None, None, :]
+  base = shaw(*map(jnp.asarray, (q, k, v, kt, vt)), max_distance=2, offset=1)
+  moved = shaw(*map(jnp.asarray, (q, k2, v2, kt, vt, mask)), max_distance=2, offset=4)
+  np.testing.assert_allclose(np.asarray(moved), np.asarray(base), rtol=1e-12, atol=1e-12)
+  # Moving only the keys changes every distance, and the output.
+  unmoved = shaw(*map(jnp.asarray, (q, k2, v2, kt, vt, mask)), max_distance=2, offset=1)
+  assert np.max(np.abs(np.asarray(unmoved) - np.asarray(base))) > 1e-3
+
+
+@functools.partial(jax.jit, static_argnames=("max_distance",))
+def shaw_self(x, wq, wk, wv, kt, vt, *, max_distance):
+  """Self-attention with projections, so permuting the input permutes q, k and v together."""
+  proj = lambda w: jnp.einsum("bnf,fhd->bnhd", x, w)
+  return attn.dot_product_attention(proj(wq), proj(wk), proj(wv),
+                                    relative=attn.Relative(max_distance, kt, vt))
+
+
+def test_k0_is_blind_to_order(x64, rng):
+  q, k, v = qkv(rng, nq=5, nk=6)
+  kt, vt = tables(rng, "per_head", "both", rows=1)
+  perm = rng.permutation(6)
+  args = lambda k, v: tuple(map(jnp.asarray, (q, k, v, kt, vt)))
+  base = shaw(*args(k, v), max_distance=0)
+  permuted = shaw(*args(k[:, perm], v[:, perm]), max_distance=0)
+  np.testing.assert_allclose(np.asarray(permuted), np.asarray(base), rtol=1e-12, atol=1e-12)
+  # The same permutation is visible with k = 1 (so the check above can fail).
+  kt1, vt1 = tables(rng, "per_head", "both", rows=3)
+  base1 = shaw(*map(jnp.asarray, (q, k, v, kt1, vt1)), max_distance=1)
+  permuted1 = shaw(*map(jnp.asarray, (q, k[:, perm], v[:, perm], kt1, vt1)), max_distance=1)
+  assert np.max(np.abs(np.asarray(permuted1) - np.asarray(base1))) > 1e-3
+
+
+@pytest.mark.parametrize("max_distance,equivariant", [(0, True), (1, False)])
+def test_k0_self_attention_is_permutation_equivariant(x64, rng, max_distance, equivariant):
+  x = rng.normal(size=(B, 6, 4))
+  w = [rng.normal(size=(4, H, D)) for _ in range(3)]
+  kt, vt = tables(rng, "shared", "both", rows=2 * max_distance + 1)
+  perm = rng.permutation(6)
+  f = lambda x: np.asarray(shaw_self(*map(jnp.asarray, (x, *w, kt, vt)), max_distance=max_distance))
+  gap = np.max(np.abs(f(x[:, perm]) - f(x)[:, perm]))
+  assert (gap < 1e-12) == equivariant, gap
+
+
+# ----------------------------------------------------------------------------
+# 5. Masks.
+
+
+def test_padded_keys_get_zero_weight_and_their_values_do_not_matter(rng):
+  q, k, v = qkv(rng, nq=4, nk=5)
+  kt, vt = tables(rng, "per_head", "both", rows=5)
+  mask = padding(4, 5, (5, 3))
+  run = jax.jit(lambda q, k, v, kt, vt, m: attn.dot_product_attention(
+      q, k, v, mask=m, relative=attn.Relative(2, kt, vt), return_weights=True))
+  args = lambda k, v: tuple(jnp.asarray(a, jnp.float32) for a in (q, k, v, kt, vt)) + (jnp.asarray(mask),)
+  out, weights = run(*args(k, v))
+  assert np.all(np.asarray(weights)[1, :, :, 3:] == 0.0)  # exactly zero, not just small
+  assert np.all(np.asarray(weights)[0] > 0.0)
+  k2, v2 = k.copy(), v.copy()
+  k2[1, 3:] = 1e3 * rng.normal(size=k2[1, 3:].shape)
+  v2[1, 3:] = 1e3 * rng.normal(size=v2[1, 3:].shape)
+  out2, _ = run(*args(k2, v2))
+  np.testing.assert_array_equal(np.asarray(out2), np.asarray(out))
+
+
+def test_causal_mask_positions():
+  m = np.asarray(attn.causal_mask(2, 5, offset=2))[0, 0]
+  np.testing.assert_array_equal(m, [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]])
+
+
+# ----------------------------------------------------------------------------
+# 9. Local (blocked) attention and additive attention.
+
+
+@pytest.mark.parametrize("n,window,causal,padded", [
+    (7, 2, False, True), (7, 2, True, True), (8, 3, False, False), (8, 3, True, True), (5, 1, False, True),
+    (5, 1, True, False), (3, 4, False, True)])  # last: window longer than the sequence
+def test_local_attention_equals_windowed_dot_product(rng, n, window, causal, padded):
+  q, k, v = (a.astype(np.float32) for a in qkv(rng, nq=n, nk=n))
+  k_valid = np.arange(n)[None, :] < np.asarray([n, n - 2 if padded else n])[:, None]
+
+  @jax.jit
+  def both(q, k, v, k_valid):
+    local = attn.local_attention(q, k, v, window, causal=causal, key_valid=k_valid)
+    mask = attn.combine_masks(attn.window_mask(n, n, window, causal=causal), attn.padding_mask(None, k_valid))
+    return local, attn.dot_product_attention(q, k, v, mask=mask)
+
+  local, dense = map(np.asarray, both(q, k, v, k_valid))
+  # Rows with no visible key at all (a padded query whose whole window is
+  # padding) are undefined: the dense path averages all values, the blocked
+  # path its 3 * window slots. Compare the rows that mean something.
+  dense_mask = np.asarray(attn.window_mask(n, n, window, causal=causal))[0, 0][None] & k_valid[:, None, :]
+  rows = dense_mask.any(-1)  # [B, n]
+  assert rows.sum() >= n
+  np.testing.assert_allclose(local[rows], dense[rows], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shared_score", [False, True])
+def test_additive_attention_matches_loop(x64, rng, shared_score):
+  q, k, v = qkv(rng, nq=3, nk=5)
+  score = rng.normal(size=(D,) if shared_score else (H, D))
+  mask = padding(3, 5, (5, 2))
+  got = jax.jit(lambda *a: attn.additive_attention(*a[:4], mask=a[4]))(*map(jnp.asarray, (q, k, v, score, mask)))
+  np.testing.assert_allclose(np.asarray(got), additive_loop(q, k, v, score, mask), rtol=1e-10, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------
+# 8. Bad arguments fail naming the value and what is allowed.
+
+
+def _qkv32(nq=4, nk=4, dq=D, dk=D):
+  z = lambda n, d: jnp.zeros((B, n, H, d))
+  return z(nq, dq), z(nk, dk), z(nk, dk)
+
+
+@pytest.mark.parametrize("relative,match", [
+    (attn.Relative(-1, jnp.zeros((3, D))), r"max_distance \(clipping distance k\) must be >= 0, got -1"),
+    (attn.Relative(2, jnp.zeros((4, D))), r"key_table has shape \(4, 3\); allowed: \[5, 3\] or \[2, 5, 3\]"),
+    (attn.Relative(1, None, jnp.zeros((H, 5, D))), r"value_table has shape \(2, 5, 3\); allowed: \[3, 3\]"),
+    (attn.Relative(1, jnp.zeros((3, D + 1))), r"key_table head_dim is 4, but the heads have head_dim 3"),
+    (attn.Relative(1, jnp.zeros((H + 1, 3, D))), r"key_table has 3 head tables, but attention has 2 heads"),
+])
+def test_bad_relative_tables_raise(relative, match):
+  with pytest.raises(ValueError, match=match):
+    attn.dot_product_attention(*_qkv32(), relative=relative)
+
+
+def test_query_key_head_dim_mismatch_raises():
+  q, _, _ = _qkv32(dq=4)
+  _, k, v = _qkv32()
+  with pytest.raises(ValueError, match=r"query and key head_dim differ: query \(2, 4, 2, 4\) vs key \(2, 4, 2, 3\)"):
+    attn.dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("mask", [jnp.ones((4, 4), bool), jnp.ones((B, 1, 4, 5), bool), jnp.ones((3, 1, 1, 4), bool)])
+def test_mask_of_wrong_shape_raises(mask):
+  with pytest.raises(ValueError, match=rf"mask has shape {re_shape(mask.shape)}; it must broadcast to "
+                                       r"\[batch, heads, q_length, k_length\] = \(2, 2, 4, 4\)"):
+    attn.dot_product_attention(*_qkv32(), mask=mask)
+
+
+def re_shape(shape):
+  return r"\(" + ", ".join(map(str, shape)) + r"\)"
+
+
+@pytest.mark.parametrize("window", [0, -1, 1.5, True])
+def test_local_attention_bad_window_raises(window):
+  with pytest.raises(ValueError, match=rf"window must be an int >= 1, got {window!r}"):
+    attn.local_attention(*_qkv32(), window)
+
+
+def test_local_attention_bad_key_valid_raises():
+  with pytest.raises(ValueError, match=r"key_valid has shape \(2, 3\); allowed: \[batch, length\] = \(2, 4\)"):
+    attn.local_attention(*_qkv32(), 2, key_valid=jnp.ones((B, 3), bool))
+
+
+def test_window_mask_negative_window_raises():
+  with pytest.raises(ValueError, match=r"window must be >= 0, got -2"):
+    attn.window_mask(4, 4, -2)
+
+
+def test_reference_rejects_negative_max_distance():
+  with pytest.raises(ValueError, match=r"max_distance must be >= 0, got -1"):
+    reference.shaw_attention_reference(*_qkv32(), None, None, -1)

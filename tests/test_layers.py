@@ -1,0 +1,224 @@
+"""rpr.layers.MultiHeadAttention with every position scheme and scoring kind.
+
+Parameters come from ``random_variables`` (conftest: shapes by eval_shape,
+values from numpy) and every model is applied under jit: XLA compilation is
+what these tests spend their time on, so each compiles as little as it can.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rpr import attention as attn
+from rpr import positions
+from rpr import reference
+from rpr.layers import MultiHeadAttention
+
+# Explicit, so that registering a scheme fails test_layer_tests_cover_every_registered_scheme
+# until it is added here (and to COVERAGE in test_positions.py).
+SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "rope", "alibi")
+F, H, L = 8, 2, 5  # features, heads (head_dim 4), length
+CONFIG = positions.PositionConfig(max_length=16, max_distance=2, num_buckets=8, bucket_max_distance=16)
+WINDOW = 2
+
+
+def layer(position, kind="dot", **kw):
+  return MultiHeadAttention(num_heads=H, position=position, position_config=CONFIG, kind=kind,
+                            window=WINDOW if kind == "local" else 0, **kw)
+
+
+def inputs(batch=1, seed=0, dtype=jnp.float32):
+  return jnp.asarray(np.random.default_rng(seed).normal(size=(batch, L, F)), dtype)
+
+
+# Every valid (scheme, kind): Shaw's terms need dot-product logits, so shaw + additive is excluded.
+ALL_KINDS = [(s, k) for s in SCHEMES for k in ("dot", "additive", "local") if (s, k) != ("shaw", "additive")]
+# Kinds share all scheme code, so the costlier checks run dot for every scheme and the
+# other kinds for the schemes acting inside attention in different ways.
+SOME_KINDS = [(s, "dot") for s in SCHEMES] + [("shaw", "local"), ("t5", "local"), ("rope", "additive"),
+                                               ("alibi", "additive")]
+
+
+def test_layer_tests_cover_every_registered_scheme():
+  assert set(SCHEMES) == set(positions.SCHEMES), "add the new scheme to SCHEMES here and to COVERAGE in test_positions"
+
+
+# ----------------------------------------------------------------------------
+# 5. Masks.
+
+
+@pytest.mark.parametrize("position,kind", SOME_KINDS)
+def test_causal_attention_leaks_nothing(random_variables, position, kind):
+  model = layer(position, kind, causal=True)
+  x = inputs()
+  params = random_variables(model, x)
+  jac = np.asarray(jax.jit(jax.jacrev(lambda x: model.apply(params, x)))(x))[0, :, :, 0]  # [L, F, L, F]
+  for i in range(L):
+    # Output i must not depend on any input after i: exactly zero, not small.
+    assert np.all(jac[i, :, i + 1:] == 0.0), f"output {i} depends on later inputs"
+    # ...but it does depend on the ones it may see (up to i, within the window
+    # for local), or the check above proves nothing.
+    first = max(0, i - WINDOW) if kind == "local" else 0
+    assert all(np.any(jac[i, :, j] != 0.0) for j in range(first, i + 1)), f"output {i} ignores earlier inputs"
+    assert kind != "local" or np.all(jac[i, :, :first] == 0.0), f"output {i} sees beyond the window"
+
+
+@pytest.mark.parametrize("position,kind", SOME_KINDS)
+def test_padded_keys_are_ignored(random_variables, position, kind):
+  model = layer(position, kind)
+  x = np.asarray(inputs(batch=2))
+  valid = np.arange(L)[None, :] < np.asarray([L, 3])[:, None]
+  mask = jnp.asarray(attn.padding_mask(None, jnp.asarray(valid)))
+  params = random_variables(model, jnp.asarray(x))
+  apply = jax.jit(lambda x: model.apply(params, x, mask=mask, mutable=["intermediates"]))
+  out, state = apply(jnp.asarray(x))
+  (weights,) = state["intermediates"]["attention_weights"]
+  weights = np.asarray(weights)
+  assert np.all(weights[1, :, :, 3:] == 0.0)  # exactly zero
+  assert np.all(weights[1, :, :, :3].sum(-1) > 0.99)
+  # Changing what sits at the padded positions changes nothing the valid queries see.
+  x2 = x.copy()
+  x2[1, 3:] = 100.0 * np.random.default_rng(1).normal(size=x2[1, 3:].shape)
+  out2, _ = apply(jnp.asarray(x2))
+  np.testing.assert_array_equal(np.asarray(out2)[:, :3], np.asarray(out)[:, :3])
+  np.testing.assert_array_equal(np.asarray(out2)[0], np.asarray(out)[0])
+
+
+# ----------------------------------------------------------------------------
+# 6. jit, grad, bfloat16.
+
+
+class Block(nn.Module):
+  """``scheme.embed`` then the attention layer: absolute schemes do their work in the embed."""
+
+  position: str
+  kind: str
+  causal: bool
+  dtype: object = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, mask):
+    x = positions.make(self.position, H, F // H, CONFIG, name="embed_position").embed(x.astype(self.dtype))
+    return layer(self.position, self.kind, causal=self.causal, dtype=self.dtype, name="attention")(x, mask=mask)
+
+
+@pytest.mark.parametrize("position,kind", ALL_KINDS)
+def test_jit_grad_bfloat16(random_variables, position, kind):
+  causal = kind != "additive"  # cover both mask paths
+  model16 = Block(position, kind, causal, jnp.bfloat16)
+  model32 = Block(position, kind, causal)
+  x = inputs(batch=2)
+  mask = attn.padding_mask(None, jnp.arange(L)[None, :] < jnp.asarray([[L], [4]]))
+  params = random_variables(model32, x, mask)
+
+  @jax.jit
+  def run(params, x):
+    def loss(params, x):
+      out = model16.apply(params, x, mask)
+      return jnp.sum(out.astype(jnp.float32) ** 2), out
+    (value, out), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(params, x)
+    return value, out, grads, model32.apply(params, x, mask)
+
+  value, out, grads, out32 = run(params, x)
+  assert out.dtype == jnp.bfloat16
+  out = np.asarray(out.astype(jnp.float32))
+  assert np.isfinite(float(value)) and np.all(np.isfinite(out))
+  # bfloat16 keeps 8 bits of mantissa: close to float32, not equal.
+  np.testing.assert_allclose(out, np.asarray(out32), atol=0.05 * np.max(np.abs(out32)))
+  leaves = jax.tree_util.tree_leaves_with_path(grads)
+  assert position != "learned" or any("embed_position" in jax.tree_util.keystr(p) for p, _ in leaves)
+  for path, g in leaves:
+    g = np.asarray(g, np.float32)
+    assert np.all(np.isfinite(g)), jax.tree_util.keystr(path)
+    assert np.any(g != 0), f"zero gradient for {jax.tree_util.keystr(path)}"
+
+
+def test_shaw_with_additive_raises(random_variables):
+  with pytest.raises(ValueError, match=r"position 'shaw' adds Shaw relative terms, which kind='additive' does not"):
+    random_variables(layer("shaw", "additive"), inputs())
+
+
+# ----------------------------------------------------------------------------
+# 10. Incremental decoding equals the full causal pass.
+
+
+@pytest.mark.parametrize("position,kind", SOME_KINDS)
+def test_decode_matches_full_causal_pass(random_variables, position, kind):
+  x = inputs(batch=2)
+  decoder = layer(position, kind, causal=True, decode=True)
+  variables = random_variables(decoder, x)  # a full-length input sizes the cache
+  params, cache = variables["params"], variables["cache"]
+  full = jax.jit(layer(position, kind, causal=True).apply)({"params": params}, x)
+
+  @jax.jit
+  def step(cache, token):
+    out, state = decoder.apply({"params": params, "cache": cache}, token, mutable=["cache"])
+    return out, state["cache"]
+
+  outs = []
+  for t in range(L):
+    out, cache = step(cache, x[:, t:t + 1])
+    outs.append(out)
+  assert int(cache["cache_index"]) == L
+  np.testing.assert_allclose(np.concatenate(outs, axis=1), np.asarray(full), rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# The layer wires Shaw's tables as the paper says.
+
+
+@pytest.mark.parametrize("share_heads", [False, True])
+def test_shaw_layer_matches_reference(random_variables, share_heads):
+  # Project with the layer's own kernels, attend with rpr.reference (which
+  # materialises every a_ij), project out: must equal the layer.
+  config = positions.PositionConfig(max_distance=1, share_heads=share_heads)
+  model = MultiHeadAttention(num_heads=H, position="shaw", position_config=config, causal=True)
+  x = inputs(batch=2)
+  mask = attn.padding_mask(None, jnp.arange(L)[None, :] < jnp.asarray([[L], [4]]))
+  params = random_variables(model, x)
+
+  @jax.jit
+  def both(params, x):
+    p = params["params"]
+    proj = lambda name: jnp.einsum("blf,fhd->blhd", x, p[name]["kernel"])
+    tables = p["position"]
+    ref = reference.shaw_attention_reference(
+        proj("query"), proj("key"), proj("value"), tables["key_table"], tables["value_table"], 1,
+        mask=attn.combine_masks(mask, attn.causal_mask(L, L)))
+    return model.apply(params, x, mask=mask), jnp.einsum("blhd,hdf->blf", ref, p["out"]["kernel"])
+
+  p = params["params"]["position"]
+  assert p["key_table"].shape == ((3, 4) if share_heads else (H, 3, 4))
+  got, want = both(params, x)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# 8. Bad arguments.
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(kind="sparse"), r"unknown attention kind 'sparse'; allowed: \['dot', 'additive', 'local'\]"),
+    (dict(kind="local", window=0), r"kind='local' needs window >= 1, got 0"),
+    (dict(num_heads=3), r"features 8 are not divisible by num_heads 3"),
+    (dict(position="rope", head_dim=3), r"rope needs an even head_dim, got 3"),
+])
+def test_bad_layer_arguments_raise(random_variables, kw, match):
+  model = MultiHeadAttention(**{"num_heads": H, **kw})
+  with pytest.raises(ValueError, match=match):
+    random_variables(model, inputs())
+
+
+def test_layer_mask_of_wrong_shape_raises(random_variables):
+  with pytest.raises(ValueError, match=r"mask has shape \(2, 5\); it must broadcast to \[batch, heads, q_length, "
+                                       r"k_length\] = \(1, 2, 5, 5\)"):
+    random_variables(layer("none"), inputs(), mask=jnp.ones((2, L), bool))
+
+
+def test_decode_step_of_two_tokens_raises(random_variables):
+  decoder = layer("none", causal=True, decode=True)
+  variables = random_variables(decoder, inputs())
+  with pytest.raises(ValueError, match=r"decode step expects one token of shape \(1, 1, 2, 4\), got \(1, 2, 2, 4\)"):
+    jax.eval_shape(lambda: decoder.apply(variables, inputs()[:, :2], mutable=["cache"]))

@@ -1,0 +1,299 @@
+"""rpr.positions: what each scheme lets attention see, and the registry's test coverage.
+
+Each behaviour is checked through a small model that uses the scheme like a
+Transformer would: ``scheme.embed`` on the token embeddings, then a
+MultiHeadAttention self-attention layer with the same scheme inside.
+"""
+
+import pathlib
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rpr import attention as attn
+from rpr import positions
+from rpr.layers import MultiHeadAttention
+
+# ----------------------------------------------------------------------------
+# 7. Registry coverage: every registered scheme must be named here with the
+# tests that exercise it, so registering a scheme without tests fails
+# test_every_registered_scheme_has_tests. Entries are "file::test function".
+
+_EVERY_SCHEME = (
+    "test_positions.py::test_12_plus_1_rows",
+    "test_positions.py::test_translation",
+    "test_layers.py::test_causal_attention_leaks_nothing",
+    "test_layers.py::test_padded_keys_are_ignored",
+    "test_layers.py::test_jit_grad_bfloat16",
+    "test_layers.py::test_decode_matches_full_causal_pass",
+)
+COVERAGE = {
+    "none": _EVERY_SCHEME + ("test_positions.py::test_no_position_layer_is_permutation_equivariant",),
+    "sinusoidal": _EVERY_SCHEME + ("test_positions.py::test_sinusoid_values",),
+    "learned": _EVERY_SCHEME + ("test_positions.py::test_learned_rejects_sequences_longer_than_its_table",),
+    "shaw": _EVERY_SCHEME + ("test_attention.py::test_shaw_matches_loop_every_term_combination",
+                             "test_attention.py::test_shaw_offset_is_translation_invariant",
+                             "test_layers.py::test_shaw_layer_matches_reference"),
+    "t5": _EVERY_SCHEME + ("test_positions.py::test_t5_buckets",),
+    "rope": _EVERY_SCHEME + ("test_positions.py::test_rope_scores_depend_on_distance_only",),
+    "alibi": _EVERY_SCHEME + ("test_positions.py::test_alibi_bias",),
+}
+
+# The parametrised tests below run over this list; test_layers.py keeps its own
+# explicit SCHEMES and checks it against the registry too.
+SCHEME_NAMES = sorted(COVERAGE)
+RELATIVE = ("shaw", "t5", "rope", "alibi")
+ABSOLUTE = ("sinusoidal", "learned")
+
+
+def test_every_registered_scheme_has_tests():
+  missing = set(positions.SCHEMES) - set(COVERAGE)
+  stale = set(COVERAGE) - set(positions.SCHEMES)
+  assert not missing, f"registered position schemes without tests: {sorted(missing)}; add them to COVERAGE"
+  assert not stale, f"COVERAGE names schemes that are not registered: {sorted(stale)}"
+  assert set(RELATIVE) | set(ABSOLUTE) | {"none"} == set(positions.SCHEMES)
+  here = pathlib.Path(__file__).parent
+  for scheme, tests in COVERAGE.items():
+    for entry in tests:
+      file, name = entry.split("::")
+      source = (here / file).read_text()
+      assert re.search(rf"^def {name}\(", source, re.M), f"{scheme}: {entry} does not exist"
+
+
+def test_unknown_scheme_name_raises(random_variables):
+  with pytest.raises(ValueError, match=r"unknown position scheme 'shaw2'; allowed: \['alibi', .*'t5'\]"):
+    positions.make("shaw2", 2, 4)
+  layer = MultiHeadAttention(num_heads=2, position="relative")
+  with pytest.raises(ValueError, match=r"unknown position scheme 'relative'; allowed: \["):
+    random_variables(layer, jnp.ones((1, 3, 8)))
+
+
+@pytest.mark.parametrize("scheme,config,match", [
+    ("shaw", positions.PositionConfig(max_distance=-3), r"max_distance \(clipping distance k\) must be >= 0, got -3"),
+    ("learned", positions.PositionConfig(max_length=0), r"max_length must be >= 1 for 'learned', got 0"),
+    ("t5", positions.PositionConfig(num_buckets=1), r"t5 num_buckets must be >= 2, got 1"),
+    ("t5", positions.PositionConfig(num_buckets=32, bucket_max_distance=8),
+     r"t5 bucket_max_distance \(8\) must be >= num_buckets \(32\)"),
+    ("rope", positions.PositionConfig(rope_base=1.0), r"rope_base must be > 1, got 1\.0"),
+])
+def test_bad_config_raises(scheme, config, match):
+  with pytest.raises(ValueError, match=match):
+    positions.make(scheme, 2, 4, config)
+
+
+# ----------------------------------------------------------------------------
+# The model: token embeddings -> scheme.embed -> self-attention.
+
+F, H = 8, 2
+CONFIG = positions.PositionConfig(max_length=16, max_distance=2, num_buckets=8, bucket_max_distance=16)
+VOCAB = "0123456789+-="
+# A fixed random character embedding: equal characters get equal vectors.
+EMBEDDING = np.random.default_rng(2).normal(size=(len(VOCAB), F)).astype(np.float32)
+
+
+def embed_chars(text):
+  return jnp.asarray(EMBEDDING[[VOCAB.index(c) for c in text]])[None]  # [1, len, F]
+
+
+class Encoder(nn.Module):
+  """``scheme.embed`` (absolute schemes add positions here), then attention with the scheme inside."""
+
+  position: str
+
+  @nn.compact
+  def __call__(self, x, mask=None):
+    x = positions.make(self.position, H, F // H, CONFIG, name="embed_position").embed(x)
+    return MultiHeadAttention(num_heads=H, position=self.position, position_config=CONFIG, name="attention")(
+        x, mask=mask)
+
+
+_ENCODERS = {}
+
+
+def encoder(position, random_variables):
+  """(jitted apply returning (out, weights [b, h, q, k]), params), built once per scheme for this module.
+
+  Parameters are N(0, 0.5^2) (conftest), so absolute tables (learned) are as
+  visible as a trained one would be rather than near zero as at init.
+  """
+  if position not in _ENCODERS:
+    model = Encoder(position)
+    params = random_variables(model, jnp.zeros((1, 4, F)), seed=1)
+
+    @jax.jit
+    def apply(params, x, mask):
+      out, state = model.apply(params, x, mask=mask, mutable=["intermediates"])
+      (weights,) = state["intermediates"]["attention"]["attention_weights"]
+      return out, weights
+
+    _ENCODERS[position] = apply, params
+  return _ENCODERS[position]
+
+
+# ----------------------------------------------------------------------------
+# 3. "12+1" (seed 002): without positions, equal characters get equal rows.
+
+
+@pytest.mark.parametrize("position", SCHEME_NAMES)
+def test_12_plus_1_rows(random_variables, position):
+  apply, params = encoder(position, random_variables)
+  _, weights = apply(params, embed_chars("12+1"), None)
+  tens, units = np.asarray(weights)[0, :, 0], np.asarray(weights)[0, :, 3]  # [heads, keys]
+  gap = np.max(np.abs(tens - units))
+  if position == "none":
+    # The tens "1" and the units "1" attend identically in every head: nothing
+    # tells them apart.
+    assert gap < 1e-6, gap
+  else:
+    assert gap > 1e-3, f"{position}: the two '1's still attend alike (max difference {gap})"
+
+
+def test_no_position_layer_is_permutation_equivariant(random_variables):
+  apply, params = encoder("none", random_variables)
+  x = jnp.asarray(np.random.default_rng(3).normal(size=(1, 4, F)), jnp.float32)
+  perm = np.random.default_rng(4).permutation(4)
+  out, weights = map(np.asarray, apply(params, x, None))
+  out_p, weights_p = map(np.asarray, apply(params, x[:, perm], None))
+  np.testing.assert_allclose(out_p, out[:, perm], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(weights_p, weights[:, :, perm][:, :, :, perm], rtol=1e-5, atol=1e-6)
+  # A relative scheme on the same input is not equivariant (the check can fail).
+  apply_shaw, params_shaw = encoder("shaw", random_variables)
+  out_s, out_sp = (np.asarray(apply_shaw(params_shaw, y, None)[0]) for y in (x, x[:, perm]))
+  assert np.max(np.abs(out_sp - out_s[:, perm])) > 1e-3
+
+
+# ----------------------------------------------------------------------------
+# 4. Translation invariance.
+
+
+@pytest.mark.parametrize("position", SCHEME_NAMES)
+def test_translation(random_variables, position):
+  # Batch row 0 holds x at positions 0..3 (3 masked pads after it); row 1
+  # holds the same x at positions 3..6 (3 masked pads before it). Queries and
+  # keys move together, so every distance j - i is unchanged: relative schemes
+  # (and none) must give row 1 exactly what row 0 got; absolute ones must not.
+  apply, params = encoder(position, random_variables)
+  x = np.asarray(embed_chars("12+1"))[0]
+  pad = np.zeros((3, F), np.float32)
+  inputs = jnp.asarray(np.stack([np.concatenate([x, pad]), np.concatenate([pad, x])]))
+  valid = np.array([[1] * 4 + [0] * 3, [0] * 3 + [1] * 4], bool)
+  out, weights = map(np.asarray, apply(params, inputs, jnp.asarray(valid[:, None, None, :])))
+  gap_out = np.max(np.abs(out[0, :4] - out[1, 3:]))
+  gap_weights = np.max(np.abs(weights[0, :, :4, :4] - weights[1, :, 3:, 3:]))
+  if position in ABSOLUTE:
+    assert gap_out > 1e-3 and gap_weights > 1e-3, (gap_out, gap_weights)
+  else:
+    assert gap_out < 1e-5 and gap_weights < 1e-5, (gap_out, gap_weights)
+
+
+def test_rope_scores_depend_on_distance_only():
+  # q at p and k at p + s: q^T R(p)^T R(p + s) k = q^T R(s) k for every p.
+  rng = np.random.default_rng(5)
+  q = jnp.asarray(rng.normal(size=(1, 1, 1, 8)), jnp.float32)
+  k = jnp.asarray(rng.normal(size=(1, 1, 1, 8)), jnp.float32)
+
+  @jax.jit
+  def score(p, s):
+    return jnp.sum(positions.rotate(q, p[None]) * positions.rotate(k, (p + s)[None]))
+
+  for s in (0, 1, 5):
+    scores = [float(score(jnp.float32(p), jnp.float32(s))) for p in (0, 3, 17)]
+    np.testing.assert_allclose(scores, scores[0], rtol=1e-4, atol=1e-5)
+  # ...and does depend on the distance.
+  assert abs(float(score(jnp.float32(0), jnp.float32(1))) - float(score(jnp.float32(0), jnp.float32(5)))) > 1e-3
+  # Rotations keep norms.
+  r = positions.rotate(q, jnp.asarray([7.0]))
+  np.testing.assert_allclose(float(jnp.linalg.norm(r)), float(jnp.linalg.norm(q)), rtol=1e-5)
+
+
+def test_rope_and_sinusoid_keep_float64(x64):
+  # Float64 models (and float64 reference checks) must not silently drop to
+  # float32 precision (~1e-7 at position 1000) in the position terms.
+  rng = np.random.default_rng(6)
+  x = rng.normal(size=(1, 3, 1, 4))
+  pos = np.arange(3) + 1000
+  rotated, table = jax.jit(lambda x, p: (positions.rotate(x, p), positions.sinusoid(p, 4, jnp.float64)))(
+      jnp.asarray(x), jnp.asarray(pos))
+  assert rotated.dtype == table.dtype == jnp.float64
+  angles = pos[:, None] * 10000.0 ** (-np.arange(0, 4, 2) / 4)  # [3, 2]
+  x1, x2 = x[0, :, 0, 0::2], x[0, :, 0, 1::2]
+  want = np.stack([x1 * np.cos(angles) - x2 * np.sin(angles), x1 * np.sin(angles) + x2 * np.cos(angles)], -1)
+  np.testing.assert_allclose(np.asarray(rotated)[0, :, 0], want.reshape(3, 4), rtol=0, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(table)[:, 0::2], np.sin(angles), rtol=0, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(table)[:, 1::2], np.cos(angles), rtol=0, atol=1e-12)
+
+
+def test_t5_buckets(random_variables):
+  d = np.arange(-20, 21)
+  bi, uni = map(np.asarray, jax.jit(lambda r: (positions.t5_bucket(r, True, 8, 16),
+                                               positions.t5_bucket(r, False, 8, 16)))(jnp.asarray(d)))
+  # Bidirectional: keys left of the query in buckets 0..3, right in 4..7;
+  # exact for |d| < 2, then log-spaced, saturating at the last bucket.
+  assert bi[d == 0] == 0 and bi[d == -1] == 1 and bi[d == 1] == 5
+  assert np.all(bi[d < 0] < 4) and np.all(bi[d > 0] >= 4)
+  assert np.all(np.diff(bi[d <= 0][::-1]) >= 0) and bi[d == -20] == 3 and bi[d == 20] == 7
+  # Causal: future keys collapse into bucket 0, the past spreads over all 8.
+  assert np.all(uni[d >= 0] == 0) and uni[d == -1] == 1 and uni[d == -20] == 7
+  # The bias depends on j - i only, and bias() puts query 0 at q_offset.
+  t5 = positions.make("t5", H, 4, CONFIG)
+  q = k = jnp.zeros((1, 5, H, 4))
+  variables = random_variables(t5, q, k, method=t5.attend)
+
+  @jax.jit
+  def biases(variables):
+    terms = t5.apply(variables, q, k, 2, method=t5.attend)
+    return (terms.bias_fn(jnp.arange(3), jnp.arange(5)), terms.bias_fn(jnp.arange(3) + 7, jnp.arange(5) + 7),
+            terms.bias(3, 5, 2)[0], terms.bias_fn(jnp.arange(2, 5), jnp.arange(5)))
+
+  b0, b7, shifted, direct = map(np.asarray, biases(variables))
+  np.testing.assert_array_equal(b0, b7)
+  np.testing.assert_array_equal(shifted, direct)
+  assert np.any(b0 != b0[:, :1, :1])  # not constant, or the checks above prove nothing
+
+
+def test_alibi_bias():
+  np.testing.assert_allclose(positions.alibi_slopes(8), 2.0 ** -np.arange(1, 9))
+  assert len(positions.alibi_slopes(6)) == 6 and len(set(positions.alibi_slopes(6).tolist())) == 6
+  q = k = jnp.zeros((1, 5, 4, 4))
+
+  @jax.jit
+  def bias(q, k):
+    out = []
+    for directional in (False, True):
+      alibi = positions.make("alibi", 4, 4, positions.PositionConfig(alibi_directional=directional))
+      out.append(alibi.apply({}, q, k, 0, method=alibi.attend).bias_fn(jnp.arange(5), jnp.arange(5)))
+    return out
+
+  symmetric, directional = map(np.asarray, bias(q, k))  # [h, q, k]
+  d = np.arange(5)[None, :] - np.arange(5)[:, None]
+  np.testing.assert_allclose(symmetric, -positions.alibi_slopes(4)[:, None, None] * np.abs(d), rtol=1e-6)
+  # Directional: half the slope for keys right of the query.
+  np.testing.assert_allclose(directional, np.where(d > 0, 0.5, 1.0) * symmetric, rtol=1e-6)
+
+
+def test_sinusoid_values():
+  scheme = positions.make("sinusoidal", 2, 4)
+  table, embedded = map(np.asarray, jax.jit(lambda p, x: (positions.sinusoid(p, 8),
+                                                          scheme.apply({}, x, 3, method=scheme.embed)))(
+      jnp.arange(6), jnp.zeros((1, 3, 8))))
+  angles = np.arange(6)[:, None] / 10000.0 ** (2 * np.arange(4) / 8)
+  # PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(p / 10000^(2i/d)).
+  np.testing.assert_allclose(table[:, 0::2], np.sin(angles), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(table[:, 1::2], np.cos(angles), rtol=1e-5, atol=1e-6)
+  # embed(x, offset) adds the rows of positions offset, offset + 1, ...
+  np.testing.assert_allclose(embedded[0], table[3:6], rtol=1e-5, atol=1e-6)
+
+
+def test_learned_rejects_sequences_longer_than_its_table(random_variables):
+  scheme = positions.make("learned", 2, 4, positions.PositionConfig(max_length=4))
+  with pytest.raises(ValueError, match=r"sequence length 5 exceeds the learned table's max_length 4"):
+    random_variables(scheme, jnp.zeros((1, 5, 8)), method=scheme.embed)
+
+
+def test_rope_odd_head_dim_raises():
+  with pytest.raises(ValueError, match=r"rope needs an even head_dim, got 3"):
+    positions.rotate(jnp.zeros((1, 2, 1, 3)), jnp.arange(2))
