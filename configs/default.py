@@ -38,6 +38,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.num_eval_examples = 512  # copy/reverse: examples per evaluation split
   c.eval_splits = ("valid", "long")  # evaluated splits; metrics are named <split>/<metric>
   c.max_eval_batches = config_dict.placeholder(int)  # evaluate at most this many batches per split; None: all
+  c.eval_by_length = False  # also report <split>/exact_match_by_length/<n> per input length n
 
   # Model: a preset of rpr.model, then every key below that is not None.
   c.preset = "tiny"  # rpr.model preset: tiny, base or big

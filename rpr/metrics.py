@@ -101,6 +101,14 @@ def exact_match(predictions: np.ndarray, targets: np.ndarray) -> tuple[np.ndarra
   return matches, valid
 
 
+def mean_by_length(values: np.ndarray, lengths: np.ndarray) -> dict[int, float]:
+  """Mean of ``values [n]`` over the examples of each length in ``lengths [n]``: ``{length: mean}``, sorted."""
+  values, lengths = np.asarray(values, np.float64), np.asarray(lengths)
+  if values.shape != lengths.shape or values.ndim != 1:
+    raise ValueError(f"values {values.shape} and lengths {lengths.shape} must be equal 1-D shapes")
+  return {int(n): float(values[lengths == n].mean()) for n in np.unique(lengths)}
+
+
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
   """Corpus BLEU (sacrebleu's default 13a tokenisation), 0-100, one reference per hypothesis."""
   import sacrebleu  # only text tasks need it

@@ -55,6 +55,27 @@ def model_config(config, vocab_size: int) -> model_lib.ModelConfig:
   return model_lib.preset(config.preset, vocab_size=vocab_size, **overrides)
 
 
+def parse_variant(variant: str, flags=(), keys=()) -> tuple[set[str], dict[str, str]]:
+  """Splits a config variant ``"table2,k=4"`` into flags ``{"table2"}`` and settings ``{"k": "4"}``.
+
+  ``flags`` and ``keys`` are the allowed bare words and ``key=value`` keys; an
+  unknown or repeated word fails naming the allowed ones. Values stay strings.
+  """
+  found, settings = set(), {}
+  for word in (w.strip() for w in variant.split(",")):
+    if not word:
+      continue
+    key, eq, value = word.partition("=")
+    if eq and key in keys and key not in settings:
+      settings[key] = value
+    elif not eq and word in flags and word not in found:
+      found.add(word)
+    else:
+      raise ValueError(f"config variant {variant!r}: bad or repeated word {word!r}; allowed: flags "
+                       f"{sorted(flags)}, keys {sorted(k + '=...' for k in keys)}")
+  return found, settings
+
+
 def _fail(key: str, value, allowed) -> None:
   raise ValueError(f"config.{key} = {value!r} is not allowed; allowed: {allowed}")
 
@@ -88,8 +109,9 @@ def validate(config, num_devices: int) -> None:
   # Data.
   entry = data.entry(config.get("dataset"))
   for key in ("batch_size", "eval_batch_size"):
-    _int(config, key, 1)
-    if config[key] % num_devices:
+    # Token-budget data sets (wmt14) size their training batches themselves.
+    _int(config, key, 1, optional=key == "batch_size" and entry.batch_by_tokens)
+    if config[key] is not None and config[key] % num_devices:
       raise ValueError(f"config.{key} = {config[key]} must be divisible by the number of devices "
                        f"({num_devices}): the batch is split evenly over the 'data' mesh axis")
   splits = config.get("eval_splits")
@@ -152,3 +174,5 @@ def validate(config, num_devices: int) -> None:
   _real(config, "beam_alpha", 0.0)
   for key in ("eval_every_steps", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints"):
     _int(config, key, 1)
+  if config.get("eval_by_length") not in (None, True, False):
+    _fail("eval_by_length", config.get("eval_by_length"), "True, False or None")

@@ -139,11 +139,18 @@ def eval_step(params, batch: dict[str, Array], *, model: Transformer, label_smoo
 
 
 def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Callable) -> dict[str, float]:
-  """Loss, token accuracy, exact match (decoded) and, for text tasks, BLEU on each of ``config.eval_splits``."""
+  """Loss, token accuracy, exact match (decoded) and, for text tasks, BLEU on each of ``config.eval_splits``.
+
+  BLEU scores the decoded hypotheses against ``task.references(split)``, the
+  raw reference texts (decoded ``targets`` have been through the vocabulary's
+  normalisation). With ``config.eval_by_length`` the exact match is also
+  given per input length ``n`` (non-PAD input tokens) as
+  ``<split>/exact_match_by_length/<n>``.
+  """
   results = {}
   for split in config.eval_splits:
     sums = {"loss_sum": 0.0, "weight_sum": 0.0, "correct_sum": 0.0}
-    matches, hyps, refs = [], [], []
+    matches, lengths, hyps = [], [], []
     for i, batch in enumerate(task.eval_batches(split)):
       if config.max_eval_batches is not None and i >= config.max_eval_batches:
         break
@@ -154,15 +161,19 @@ def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Ca
       predictions = np.asarray(jax.device_get(predict_fn(params, sharded["inputs"], batch["targets"].shape[1])))
       match, valid = metrics.exact_match(predictions, batch["targets"])
       matches.append(match[valid])
+      lengths.append(np.sum(batch["inputs"][valid] != task.vocab.pad_id, axis=1))
       if task.is_text:
         hyps += [task.vocab.decode(p) for p in predictions[valid]]
-        refs += [task.vocab.decode(t) for t in batch["targets"][valid]]
     tokens = max(sums["weight_sum"], 1.0)
     results[f"{split}/loss"] = sums["loss_sum"] / tokens
     results[f"{split}/accuracy"] = sums["correct_sum"] / tokens
     results[f"{split}/exact_match"] = float(np.mean(np.concatenate(matches))) if matches else 0.0
+    if config.get("eval_by_length") and matches:
+      by_length = metrics.mean_by_length(np.concatenate(matches), np.concatenate(lengths))
+      results.update({f"{split}/exact_match_by_length/{n}": v for n, v in by_length.items()})
     if task.is_text:
-      results[f"{split}/bleu"] = metrics.bleu(hyps, refs)
+      # Eval rows come in the order of the references, so a prefix of batches is a prefix of them.
+      results[f"{split}/bleu"] = metrics.bleu(hyps, task.references(split)[:len(hyps)])
   return results
 
 
@@ -237,7 +248,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
   run_config.validate(config, num_devices=mesh.size)
   os.makedirs(workdir, exist_ok=True)
 
-  task = data.get_task(config)
+  task = data.get_task(config, workdir, num_devices=mesh.size)
   model_config = run_config.model_config(config, task.vocab.size)
   model = Transformer(model_config)
   eval_model = Transformer(model_config.replace(deterministic=True))

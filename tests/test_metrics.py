@@ -71,3 +71,12 @@ def test_bleu_of_identical_text_is_100_and_of_disjoint_text_is_0():
   assert metrics.bleu(["zz yy xx ww vv", "qq rr ss tt uu"], refs) == pytest.approx(0.0)
   with pytest.raises(ValueError, match="hypotheses"):
     metrics.bleu(refs[:1], refs)
+
+
+def test_mean_by_length_averages_each_length_separately():
+  values = np.array([1, 0, 1, 1, 0, 0], bool)
+  lengths = np.array([3, 3, 5, 1, 5, 5])
+  assert metrics.mean_by_length(values, lengths) == {1: 1.0, 3: 0.5, 5: pytest.approx(1 / 3)}
+  assert list(metrics.mean_by_length(values, lengths)) == [1, 3, 5]
+  with pytest.raises(ValueError, match="equal 1-D shapes"):
+    metrics.mean_by_length(values, lengths[:-1])

@@ -4,10 +4,16 @@ A registered factory takes the run's config and returns a Task; it reads its
 own config keys (documented where it is registered) and should import heavy
 dependencies (TFDS, ...) inside itself, so that naming and validating data sets
 stays cheap. ``splits`` lists the evaluation splits a data set knows, so a
-config asking for another one fails before any work starts.
+config asking for another one fails before any work starts. A factory
+registered with ``run_context=True`` is called as ``factory(config, workdir,
+num_devices)``: for data sets that keep files in the run's workdir or size
+their batches by the device count. ``batch_by_tokens=True`` marks data sets
+whose batches hold a token budget instead of ``config.batch_size`` rows (which
+may then be None).
 
 Registered: ``copy`` and ``reverse`` (synthetic digit strings, in memory; see
-:mod:`rpr.data.synthetic`).
+:mod:`rpr.data.synthetic`); ``wmt14`` (TFDS ``wmt14_translate``,
+Shaw et al.'s EN-DE setup; see :mod:`rpr.data.wmt` and :func:`_wmt14` below).
 """
 
 from __future__ import annotations
@@ -20,17 +26,20 @@ from rpr.data.task import Task
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-  factory: Callable[..., Task]  # config -> Task
+  factory: Callable[..., Task]  # config -> Task; (config, workdir, num_devices) -> Task if run_context
   splits: Optional[tuple[str, ...]] = None  # evaluation splits; None: not declared (not checked)
+  run_context: bool = False  # the factory also takes the run's workdir and device count
+  batch_by_tokens: bool = False  # batches hold a token budget; config.batch_size is not used
 
 
 REGISTRY: dict[str, Entry] = {}
 
 
-def register(name: str, factory: Callable[..., Task], splits: Optional[tuple[str, ...]] = None) -> None:
+def register(name: str, factory: Callable[..., Task], splits: Optional[tuple[str, ...]] = None, *,
+             run_context: bool = False, batch_by_tokens: bool = False) -> None:
   if name in REGISTRY:
     raise ValueError(f"data set {name!r} is already registered")
-  REGISTRY[name] = Entry(factory, tuple(splits) if splits is not None else None)
+  REGISTRY[name] = Entry(factory, tuple(splits) if splits is not None else None, run_context, batch_by_tokens)
 
 
 def names() -> list[str]:
@@ -44,9 +53,14 @@ def entry(name) -> Entry:
   return REGISTRY[name]
 
 
-def get_task(config) -> Task:
-  """The Task named ``config.dataset``, built from ``config``."""
-  return entry(config.get("dataset")).factory(config)
+def get_task(config, workdir: Optional[str] = None, num_devices: int = 1) -> Task:
+  """The Task named ``config.dataset``, built from ``config`` (and the run's workdir and device count)."""
+  e = entry(config.get("dataset"))
+  if not e.run_context:
+    return e.factory(config)
+  if workdir is None:
+    raise ValueError(f"data set {config.dataset!r} keeps files in the run's workdir: pass get_task(config, workdir)")
+  return e.factory(config, workdir, num_devices)
 
 
 def _synthetic(kind: str):
@@ -58,3 +72,23 @@ def _synthetic(kind: str):
 
 for _kind in ("copy", "reverse"):
   register(_kind, _synthetic(_kind), splits=("valid", "long"))
+
+
+def _wmt14(config, workdir: str, num_devices: int):
+  """WMT14 translation; reads ``rpr.data.wmt.CONFIG_KEYS`` and two more keys.
+
+  ``tokens_per_device``: the global budget ``tokens_per_batch`` is this times
+  the device count (Shaw et al.: 8 GPUs, about 25k tokens per side). None:
+  ``tokens_per_batch`` is read as is. ``cache_dir``: where the vocabulary and
+  the tokenised training data live; None: the workdir. A sweep points all its
+  runs at one directory so they share one vocabulary, built once.
+  """
+  from rpr.data import wmt  # TFDS and TensorFlow: imported only when the task is built
+
+  values = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+  if values.get("tokens_per_device") is not None:
+    values["tokens_per_batch"] = values["tokens_per_device"] * num_devices
+  return wmt.make_task(values, values.get("cache_dir") or workdir, num_devices)
+
+
+register("wmt14", _wmt14, splits=("validation", "test"), run_context=True, batch_by_tokens=True)

@@ -31,8 +31,11 @@ class Vocab(Protocol):
 
 
 class Task(Protocol):
+  """A data set. Text tasks (``is_text``) also have ``references(split) -> list[str]``: the raw
+  reference texts, one per real row of ``eval_batches(split)`` in that order, which BLEU is scored on."""
+
   vocab: Vocab
-  is_text: bool  # evaluate BLEU (natural language) in addition to exact match
+  is_text: bool  # evaluate BLEU (natural language) in addition to exact match; needs references(split)
 
   def train_batch(self, step: int) -> dict[str, np.ndarray]:
     """The training batch of ``step`` (global, across all devices)."""

@@ -1,0 +1,222 @@
+"""Shaw et al. (2018) on WMT14 EN-DE: Tables 1-3 as variants of one config.
+
+Setup (the paper's, see /work/shared/reference.md): TFDS
+``wmt14_translate/de-en``, English source and German target; one shared
+SentencePiece vocabulary of 32,768 pieces trained on the first 1M training
+pairs and kept in the workdir (``spm.model``); token-budget batches of
+``tokens_per_device`` x devices tokens per side, padding included (8 devices:
+25,000, Shaw's "about 25k source + 25k target tokens"); Adam (0.9, 0.98, 1e-9)
+with the Vaswani schedule (4,000 warm-up steps, eq. 3); label smoothing 0.1;
+base 100k steps, big 300k steps. Evaluation: beam search (beam 4, alpha 0.6)
+and sacrebleu BLEU (13a, detokenised) against the raw references of
+newstest2013 (``validation``; Tables 2-3) and newstest2014 (``test``; Table 1).
+
+Variants: comma-separated words after the file name.
+
+* ``model=base|big`` (default base): the ``rpr.model`` preset (big: d_model
+  1024, 16 heads, d_ff 4096, dropout 0.3, k = 8, tables shared across heads).
+* ``pe=relative|absolute`` (default relative): Shaw attention without absolute
+  encodings, or sinusoidal encodings and plain attention.
+* ``k=<int>``: clipping distance (default: the preset's, base 16, big 8).
+* ``ak=on|off``, ``av=on|off``: the a^K and a^V terms (default on).
+* ``table1``, ``table2``, ``table3``: a cell of that table (evaluated on its
+  split; tables 2-3 require the base relative model).
+* ``tiny``: a few steps of a tiny model on TFDS mock data
+  (tests/test_wmt_experiment.py); composes with the rest.
+
+Every cell, its command and the paper's BLEU (EN-DE)::
+
+  table  variant                        split        paper  command
+  1      table1,model=base,pe=absolute  test         26.5   .venv/bin/python run.py --config=configs/wmt14_ende.py:table1,model=base,pe=absolute --workdir=workdirs/wmt14/table1_base_absolute
+  1      table1,model=base,pe=relative  test         26.8   .venv/bin/python run.py --config=configs/wmt14_ende.py:table1,model=base,pe=relative --workdir=workdirs/wmt14/table1_base_relative
+  1      table1,model=big,pe=absolute   test         27.9   .venv/bin/python run.py --config=configs/wmt14_ende.py:table1,model=big,pe=absolute --workdir=workdirs/wmt14/table1_big_absolute
+  1      table1,model=big,pe=relative   test         29.2   .venv/bin/python run.py --config=configs/wmt14_ende.py:table1,model=big,pe=relative --workdir=workdirs/wmt14/table1_big_relative
+  2      table2,k=0                     validation   12.5   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=0 --workdir=workdirs/wmt14/table2_k0
+  2      table2,k=1                     validation   25.5   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=1 --workdir=workdirs/wmt14/table2_k1
+  2      table2,k=2                     validation   25.8   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=2 --workdir=workdirs/wmt14/table2_k2
+  2      table2,k=4                     validation   25.9   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=4 --workdir=workdirs/wmt14/table2_k4
+  2      table2,k=16                    validation   25.8   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=16 --workdir=workdirs/wmt14/table2_k16
+  2      table2,k=64                    validation   25.9   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=64 --workdir=workdirs/wmt14/table2_k64
+  2      table2,k=256                   validation   25.8   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=256 --workdir=workdirs/wmt14/table2_k256
+  3      table3,av=on,ak=on             validation   25.8   .venv/bin/python run.py --config=configs/wmt14_ende.py:table3,av=on,ak=on --workdir=workdirs/wmt14/table3_av_on_ak_on
+  3      table3,av=off,ak=on            validation   25.8   .venv/bin/python run.py --config=configs/wmt14_ende.py:table3,av=off,ak=on --workdir=workdirs/wmt14/table3_av_off_ak_on
+  3      table3,av=on,ak=off            validation   25.3   .venv/bin/python run.py --config=configs/wmt14_ende.py:table3,av=on,ak=off --workdir=workdirs/wmt14/table3_av_on_ak_off
+  3      table3,av=off,ak=off           validation   12.5   .venv/bin/python run.py --config=configs/wmt14_ende.py:table3,av=off,ak=off --workdir=workdirs/wmt14/table3_av_off_ak_off
+
+The metric is ``<split>/bleu`` at the last step in ``<workdir>/metrics.jsonl``;
+``python -m experiments.sweep wmt_table1`` (``wmt_table2``, ``wmt_table3``)
+runs or prints a whole table and ``experiments/report.py`` tabulates it beside
+these numbers. Not run here (a base cell is 100k steps on 8 accelerators).
+
+Expected result: the paper's numbers, minus what differs here. Shaw report
+tensor2tensor's BLEU on tokenised text, which is typically higher than
+sacrebleu's detokenised BLEU for the same output; big models here use the
+last checkpoint, not the average of the last 20; and on fewer than 8 devices
+a step holds fewer tokens (raise ``tokens_per_device`` if memory allows).
+What should reproduce is the shape: relative >= absolute in Table 1, k = 0
+far below every k >= 1 and flat from k = 2 on in Table 2, and in Table 3 a^K
+mattering more than a^V.
+"""
+
+import dataclasses
+import importlib.util
+import pathlib
+
+import ml_collections
+from ml_collections import config_dict
+
+from rpr.run_config import parse_variant
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  table: int  # Shaw et al.'s table
+  variant: str  # the config variant of this file
+  split: str  # evaluation split whose BLEU the table reports
+  paper: float  # the paper's BLEU (EN-DE)
+
+  @property
+  def workdir(self) -> str:
+    parts = []
+    for word in self.variant.split(","):
+      key, _, value = word.partition("=")
+      if not value:  # a flag: table1
+        parts.append(key)
+      elif key in ("model", "pe"):  # base, relative
+        parts.append(value)
+      else:  # k4, av_on
+        parts.append(f"k{value}" if key == "k" else f"{key}_{value}")
+    return "workdirs/wmt14/" + "_".join(parts)
+
+  @property
+  def command(self) -> str:
+    return (f".venv/bin/python run.py --config=configs/wmt14_ende.py:{self.variant} "
+            f"--workdir={self.workdir}")
+
+
+CELLS = (
+    Cell(1, "table1,model=base,pe=absolute", "test", 26.5),
+    Cell(1, "table1,model=base,pe=relative", "test", 26.8),
+    Cell(1, "table1,model=big,pe=absolute", "test", 27.9),
+    Cell(1, "table1,model=big,pe=relative", "test", 29.2),
+    *(Cell(2, f"table2,k={k}", "validation", bleu)
+      for k, bleu in ((0, 12.5), (1, 25.5), (2, 25.8), (4, 25.9), (16, 25.8), (64, 25.9), (256, 25.8))),
+    Cell(3, "table3,av=on,ak=on", "validation", 25.8),
+    Cell(3, "table3,av=off,ak=on", "validation", 25.8),
+    Cell(3, "table3,av=on,ak=off", "validation", 25.3),
+    Cell(3, "table3,av=off,ak=off", "validation", 12.5),
+)
+
+_SWITCH = {"on": True, "off": False}
+
+
+def _default_config(variant: str) -> ml_collections.ConfigDict:
+  # Loaded by path, so this file works from any working directory.
+  spec = importlib.util.spec_from_file_location("rpr_configs_default", pathlib.Path(__file__).with_name("default.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(variant)
+
+
+def _choice(settings: dict, key: str, allowed, default: str) -> str:
+  value = settings.get(key, default)
+  if value not in allowed:
+    raise ValueError(f"config variant: {key}={value!r} is not allowed; allowed: {list(allowed)}")
+  return value
+
+
+def get_config(variant: str = "") -> ml_collections.ConfigDict:
+  flags, settings = parse_variant(variant, flags=("table1", "table2", "table3", "tiny"),
+                                  keys=("model", "pe", "k", "ak", "av"))
+  tables = sorted(flags & {"table1", "table2", "table3"})
+  if len(tables) > 1:
+    raise ValueError(f"config variant {variant!r}: one table at a time, got {tables}")
+  model = _choice(settings, "model", ("base", "big"), "base")
+  pe = _choice(settings, "pe", ("relative", "absolute"), "relative")
+  if pe == "absolute" and settings.keys() & {"k", "ak", "av"}:
+    raise ValueError(f"config variant {variant!r}: k, ak and av set Shaw's relative attention; not with pe=absolute")
+  if tables and tables[0] in ("table2", "table3") and (model, pe) != ("base", "relative"):
+    raise ValueError(f"config variant {variant!r}: {tables[0]} is the base model with relative positions")
+  if "table2" in flags and "k" not in settings:
+    raise ValueError(f"config variant {variant!r}: table2 needs k=<int> (the paper's: 0 1 2 4 16 64 256)")
+  if "table3" in flags and not {"ak", "av"} <= settings.keys():
+    raise ValueError(f"config variant {variant!r}: table3 needs ak=on|off and av=on|off")
+
+  c = _default_config("")
+  for key in ("min_length", "long_max_length", "num_eval_examples"):  # copy/reverse keys
+    del c[key]
+  # Keys that are None here become typed placeholders, so --config.<key>=<value> still parses.
+  for key, kind in (("batch_size", int), ("d_model", int), ("num_heads", int), ("d_ff", int),
+                    ("num_encoder_layers", int), ("num_decoder_layers", int), ("dropout_rate", float),
+                    ("max_distance", int)):
+    del c[key]
+    c[key] = config_dict.placeholder(kind)
+
+  # Data: rpr.data.wmt.WmtTask's keys (see its docstring) and two of rpr.data's wmt14 factory.
+  c.dataset = "wmt14"
+  c.data_dir = config_dict.placeholder(str)  # TFDS data directory; None: TFDS's default
+  c.cache_dir = config_dict.placeholder(str)  # vocabulary + tokenised training data; None: the workdir
+  c.language_pair = ("de", "en")  # TFDS config wmt14_translate/de-en
+  c.source_lang = "en"  # EN -> DE
+  c.vocab_size = 32_768  # shared SentencePiece pieces (Shaw: 32,768 word pieces)
+  c.spm_train_pairs = 1_000_000  # leading training pairs (both sides) that train the vocabulary
+  c.spm_byte_fallback = True  # byte pieces instead of UNK
+  c.spm_hard_vocab_limit = True  # exactly vocab_size pieces
+  c.train_split = "train"  # TFDS split (slicing allowed: "train[:10%]")
+  c.tokens_per_device = 3_125  # token budget per side per device; 8 devices: 25,000 per step
+  c.max_length = 256  # longest training example (pieces + EOS, either side); longer ones are left out
+  c.bucket_boundaries = config_dict.placeholder(tuple)  # bucket lengths; None: wmt.default_bucket_boundaries
+  # c.batch_size stays None: batches hold tokens_per_device x devices tokens, not a number of rows.
+  c.eval_batch_size = 64  # rows per evaluation batch (global); divisible by the device count
+  c.eval_splits = ("validation",)  # validation: newstest2013; test: newstest2014
+
+  # Model: the preset, relative (Shaw) or absolute (sinusoidal) positions.
+  c.preset = model
+  c.position = "shaw" if pe == "relative" else "sinusoidal"
+  # d_model, num_heads, d_ff, the layer counts, dropout_rate and max_distance stay None: the preset's
+  # (base: k = 16, big: k = 8 and tables shared across heads).
+  c.model_max_length = 512  # decode cache bound: eval sentences are never filtered by length
+  if "k" in settings:
+    if not settings["k"].isdigit():
+      raise ValueError(f"config variant {variant!r}: k={settings['k']!r} is not allowed; allowed: an int >= 0")
+    c.max_distance = int(settings["k"])
+  c.use_keys = _SWITCH[_choice(settings, "ak", _SWITCH, "on")]  # a^K
+  c.use_values = _SWITCH[_choice(settings, "av", _SWITCH, "on")]  # a^V
+
+  # Optimisation (Vaswani et al. / Shaw et al.).
+  c.optimizer = "adam"
+  c.schedule = "vaswani"  # lr = d_model^-0.5 min(s^-0.5, s warmup^-1.5)
+  c.learning_rate = 1.0  # eq. 3's multiplier
+  c.warmup_steps = 4_000
+  c.label_smoothing = 0.1
+  c.num_train_steps = 300_000 if model == "big" else 100_000
+
+  # Evaluation and bookkeeping.
+  if "table1" in flags:
+    c.eval_splits = ("validation", "test")  # Table 1 reports test; validation tracks the run
+  c.eval_every_steps = 10_000
+  c.decode_method = "beam"
+  c.beam_size = 4
+  c.beam_alpha = 0.6
+  c.log_every_steps = 100
+  c.checkpoint_every_steps = 5_000
+  c.keep_checkpoints = 3
+
+  if "tiny" in flags:  # TFDS mock data: random strings, a 300-piece vocabulary, seconds on a CPU
+    c.preset = "tiny"
+    c.num_encoder_layers = c.num_decoder_layers = 1
+    c.model_max_length = 64
+    c.vocab_size = 300
+    c.spm_train_pairs = 100
+    c.spm_hard_vocab_limit = False  # a tiny corpus may give fewer pieces
+    c.tokens_per_device = 128
+    c.max_length = 16
+    c.eval_batch_size = 8
+    c.max_eval_batches = 1
+    c.learning_rate = 0.2  # peak 0.2 x 32^-0.5 x 2^-0.5 = 0.025 at step 2
+    c.warmup_steps = 2
+    c.num_train_steps = 4
+    c.eval_every_steps = 4
+    c.log_every_steps = 2
+    c.checkpoint_every_steps = 4
+  return c

@@ -1,0 +1,1 @@
+"""Sweeps, reports and their committed results (``experiments/results/``); run from the repository root."""

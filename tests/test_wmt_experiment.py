@@ -1,0 +1,142 @@
+"""configs/wmt14_ende.py: every Table 1-3 cell validates, and the tiny variant runs end to end on TFDS mock data.
+
+The end-to-end run goes through ``train.train_and_evaluate`` and the
+registered ``wmt14`` data set: SentencePiece training into the workdir,
+token-budget batches, a few training steps, beam-search decoding and
+sacrebleu BLEU against the raw references.
+"""
+
+import dataclasses
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+from experiments import paper
+from rpr import data
+from rpr import decode
+from rpr import metrics
+from rpr import run_config
+from rpr import train
+from rpr import writers
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _module():
+  spec = importlib.util.spec_from_file_location("rpr_configs_wmt14_ende", ROOT / "configs" / "wmt14_ende.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+WMT = _module()
+
+
+def test_cells_are_tables_1_to_3_with_the_papers_numbers():
+  cells = {(c.table, c.variant): c.paper for c in WMT.CELLS}
+  assert len(cells) == len(WMT.CELLS) == 4 + 7 + 4
+  assert sorted(c.paper for c in WMT.CELLS if c.table == 1) == sorted(paper.TABLE1.values())
+  assert [c.paper for c in WMT.CELLS if c.table == 2] == list(paper.TABLE2.values())
+  assert sorted(c.paper for c in WMT.CELLS if c.table == 3) == sorted(paper.TABLE3.values())
+  assert len({c.workdir for c in WMT.CELLS}) == len(WMT.CELLS)
+
+
+@pytest.mark.parametrize("cell", WMT.CELLS, ids=[c.variant for c in WMT.CELLS])
+def test_every_cell_validates_and_is_the_papers_setting(cell):
+  config = WMT.get_config(cell.variant)
+  for devices in (1, 8):
+    run_config.validate(config, num_devices=devices)
+  assert cell.command in WMT.__doc__ and f"{cell.paper}" in WMT.__doc__
+  assert cell.split in config.eval_splits and config.dataset == "wmt14"
+  assert (config.decode_method, config.beam_size, config.beam_alpha) == ("beam", 4, 0.6)
+  assert (config.vocab_size, config.tokens_per_device * 8) == (32_768, 25_000)
+  assert config.source_lang == "en" and tuple(config.language_pair) == ("de", "en")
+  model = run_config.model_config(config, config.vocab_size)
+  assert model.encoder_position == model.decoder_position == config.position
+  assert model.cross_position == "none"  # Shaw: encoder-decoder attention stays plain
+  # The config is the cell the paper's number belongs to.
+  assert paper.lookup(f"table{cell.table}", config.to_dict()) == cell.paper
+  if cell.table in (2, 3):
+    assert (config.preset, config.position, model.d_model, model.num_encoder_layers) == ("base", "shaw", 512, 6)
+  if cell.table == 3:
+    assert model.position_config.max_distance == paper.BASE_K
+  if config.preset == "big":
+    assert (model.d_model, model.num_heads, model.d_ff, model.dropout_rate) == (1024, 16, 4096, 0.3)
+    assert config.num_train_steps == 300_000
+  else:
+    assert config.num_train_steps == 100_000
+
+
+@pytest.mark.parametrize("variant, message", [
+    ("table2", "table2 needs k"),
+    ("table2,k=4,model=big", "base model with relative"),
+    ("table3,ak=off", "table3 needs ak"),
+    ("pe=absolute,k=4", "not with pe=absolute"),
+    ("table1,table2,k=4", "one table at a time"),
+    ("k=-1", "an int >= 0"),
+    ("model=huge", r"allowed: \['base', 'big'\]"),
+    ("tiny,k=1,k=2", "bad or repeated word 'k=2'"),
+])
+def test_bad_variants_fail_naming_what_is_allowed(variant, message):
+  with pytest.raises(ValueError, match=message):
+    WMT.get_config(variant)
+
+
+def test_tiny_variant_trains_decodes_with_beam_search_and_scores_bleu_on_raw_references(tmp_path, monkeypatch):
+  tfds = pytest.importorskip("tensorflow_datasets")
+  config = WMT.get_config("tiny")
+  run_config.validate(config, num_devices=1)
+  workdir = tmp_path / "run"
+
+  tasks, scored, beams = [], [], []
+  factory, bleu, beam_search = data.REGISTRY["wmt14"].factory, metrics.bleu, decode.beam_search
+
+  def spying_factory(config, workdir, num_devices):
+    task = factory(config, workdir, num_devices)
+    # Mock data's as_dataset patches epath process-wide (tfds MockFs) while it
+    # runs; read the eval splits now so that it never overlaps an asynchronous
+    # checkpoint write. Real TFDS does not need this.
+    for split in config.eval_splits:
+      task.references(split)
+    tasks.append(task)
+    return task
+
+  def spying_bleu(hypotheses, references):
+    scored.append((list(hypotheses), list(references)))
+    return bleu(hypotheses, references)
+
+  def spying_beam_search(*args, **kwargs):
+    beams.append(kwargs)
+    return beam_search(*args, **kwargs)
+
+  monkeypatch.setitem(data.REGISTRY, "wmt14", dataclasses.replace(data.REGISTRY["wmt14"], factory=spying_factory))
+  monkeypatch.setattr(metrics, "bleu", spying_bleu)
+  monkeypatch.setattr(decode, "beam_search", spying_beam_search)
+  with tfds.testing.mock_data(num_examples=64, policy=tfds.testing.MockPolicy.USE_CODE):
+    results = train.train_and_evaluate(config, str(workdir))
+
+  # Vocabulary trained from the training split and kept in the workdir.
+  (task,) = tasks
+  assert (workdir / "spm.model").read_bytes() == task.vocab.model_proto
+  assert 200 < task.vocab.size <= config.vocab_size
+  # Token-budget batches: at most tokens_per_device x devices positions per side, one shape per bucket.
+  assert len(task.batches.shapes) >= 1
+  for B, L in task.batches.shapes:
+    assert B * L <= config.tokens_per_device and L <= config.max_length
+  # A few training steps, logged and checkpointed.
+  records = writers.read_jsonl(workdir / "metrics.jsonl")
+  assert [r["step"] for r in records if "train/loss" in r] == [2, 4]
+  assert (workdir / "checkpoints" / "4").is_dir()
+  assert json.loads((workdir / "config.json").read_text())["config"]["dataset"] == "wmt14"
+  # Beam search (beam 4, alpha 0.6) decoded the validation batch ...
+  assert beams and all(b["beam_size"] == 4 and b["alpha"] == 0.6 for b in beams)
+  # ... and BLEU scored its hypotheses against the raw reference texts, in eval order.
+  (hyps, refs), = scored
+  assert len(hyps) == config.eval_batch_size  # max_eval_batches = 1
+  assert refs == task.references("validation")[:len(hyps)]
+  assert results["step"] == 4
+  assert results["validation/bleu"] == pytest.approx(bleu(hyps, refs))
+  assert 0.0 <= results["validation/bleu"] <= 100.0
+  assert {"validation/loss", "validation/accuracy", "validation/exact_match"} <= results.keys()
