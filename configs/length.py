@@ -1,0 +1,83 @@
+"""Length generalisation (Shaw et al.'s second claim): train on strings of up to L digits, test up to 2L.
+
+The task is ``reverse`` (rpr.data.synthetic): output position i must copy
+input position n-1-i, so order matters at every length. Training strings have
+1..L = 12 digits; ``valid`` holds 1..12 and ``long`` 13..24 digits (never
+trained on), 1,200 examples each, about 100 per length. With
+``eval_by_length`` every evaluation also gives the exact match (greedy
+decoding) of each input length, ``<split>/exact_match_by_length/<n>``.
+Everything but the position scheme is the default experiment's
+(configs/default.py): 2+2 layers, d_model 64, 2,000 steps of batch 64.
+
+Variants: ``pe=<scheme>`` (rpr.positions.SCHEMES: none, sinusoidal, learned,
+shaw, t5, rope, alibi; default shaw), ``k=<int>`` (Shaw's clipping distance,
+default 8), ``directional=0|1`` (ALiBi with a halved slope to the right),
+``tiny`` (a few steps of a tiny model, for tests). Command for one scheme::
+
+  .venv/bin/python run.py --config=configs/length.py:pe=shaw --workdir=workdirs/length/shaw
+
+Every scheme, 3 seeds, then the report (accuracy against length)::
+
+  .venv/bin/python -m experiments.sweep length
+  .venv/bin/python -m experiments.report "workdirs/sweeps/length/*/*" --by_length --out experiments/results/length
+
+Expected result: see experiments/results/length/README.md (measured there).
+"""
+
+import importlib.util
+import pathlib
+
+import ml_collections
+
+from rpr.run_config import parse_variant
+
+SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "rope", "alibi")
+
+
+def _default_config() -> ml_collections.ConfigDict:
+  # Loaded by path, so this file works from any working directory.
+  spec = importlib.util.spec_from_file_location("rpr_configs_default", pathlib.Path(__file__).with_name("default.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config("")
+
+
+def get_config(variant: str = "") -> ml_collections.ConfigDict:
+  flags, settings = parse_variant(variant, flags=("tiny",), keys=("pe", "k", "directional"))
+  c = _default_config()
+  c.dataset = "reverse"  # order matters at every length
+  c.min_length = 1  # shortest training string
+  c.max_length = 12  # L: longest training (and valid) string
+  c.long_max_length = 24  # 2L: the long split has 13..24 digits
+  c.num_eval_examples = 1200  # per split: about 100 per length
+  c.eval_batch_size = 200  # six eval batches per split
+  c.eval_by_length = True  # <split>/exact_match_by_length/<n>
+  c.position = settings.get("pe", "shaw")
+  if c.position not in SCHEMES:
+    raise ValueError(f"config variant {variant!r}: pe={c.position!r} is not allowed; allowed: {list(SCHEMES)}")
+  if "k" in settings:
+    c.max_distance = int(settings["k"])
+  if "directional" in settings:
+    c.alibi_directional = settings["directional"] == "1"
+  c.eval_every_steps = 1000  # evaluate at the middle and the end
+  c.checkpoint_every_steps = 2000  # the final checkpoint only
+  c.keep_checkpoints = 1
+
+  if "tiny" in flags:  # seconds on a CPU
+    c.max_length = 4
+    c.long_max_length = 8
+    c.batch_size = 16
+    c.num_eval_examples = 32
+    c.eval_batch_size = 16
+    c.d_model = 32
+    c.num_heads = 2
+    c.d_ff = 64
+    c.num_encoder_layers = c.num_decoder_layers = 1
+    if "k" not in settings:
+      c.max_distance = 2
+    c.warmup_steps = 5
+    c.num_train_steps = 10
+    c.eval_every_steps = 10
+    c.log_every_steps = 5
+    c.checkpoint_every_steps = 10
+  return c

@@ -1,0 +1,370 @@
+"""Tabulates and plots finished runs: a Markdown table, a CSV, a JSON of every run and a PNG.
+
+  python -m experiments.report "workdirs/sweeps/table2_cpu/*/*" --metric test/exact_match \\
+      --x max_distance --paper table2 --out experiments/results/table2_cpu
+  python -m experiments.report "workdirs/sweeps/length/*/*" --by_length --out experiments/results/length
+
+Runs are read from the workdirs the globs match (each with ``config.json``
+and ``metrics.jsonl``) and grouped by their config with the seed left out, so
+the seeds of one variant form a group; a group is named by the config keys
+that tell the groups apart (``max_distance=4``). A run's value is the metric
+in the last record of ``metrics.jsonl`` that has it. Each group gets the mean,
+the sample standard deviation (ddof 1; "-" for a single run) and the min and
+max over its runs, and, with ``--paper tableN``, Shaw et al.'s number for the
+cell its config describes (experiments/paper.py).
+
+``--x KEY`` orders the groups by a numeric config key and plots the metric
+against it (min-max whiskers, one dot per run). ``--by_length`` reads the
+per-length exact match (``<split>/exact_match_by_length/<n>``, written with
+``config.eval_by_length``) of every split and plots it against the length,
+with the longest training length marked.
+
+Outputs in ``--out``: ``table.md`` (headed by the command that regenerates
+it), ``results.csv`` (one row per group, per length with ``--by_length``),
+``runs.json`` (every run's workdir, seed and values) and ``plot.png``.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import dataclasses
+import glob
+import json
+import math
+import os
+import re
+import shlex
+import sys
+from typing import Any, Optional, Sequence
+
+import numpy as np
+from absl import app
+from absl import flags
+
+from experiments import paper
+
+_METRIC = flags.DEFINE_string("metric", None, "Metric name in metrics.jsonl, e.g. test/exact_match.")
+_X = flags.DEFINE_string("x", None, "Numeric config key to order and plot the groups by, e.g. max_distance.")
+_PAPER = flags.DEFINE_enum("paper", None, list(paper.TABLES), "The paper's table to print beside the metric.")
+_BY_LENGTH = flags.DEFINE_bool("by_length", False, "Exact match against input length (eval_by_length runs).")
+_OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
+_TITLE = flags.DEFINE_string("title", None, "Plot title (default: the metric).")
+
+IGNORED_KEYS = ("seed",)  # keys that differ between the runs of one group
+SHORT_NAMES = {"position": "pe", "max_distance": "k", "use_keys": "aK", "use_values": "aV",
+               "alibi_directional": "directional", "preset": "model"}
+_BY_LENGTH_KEY = re.compile(r"^(?P<split>[^/]+)/exact_match_by_length/(?P<n>\d+)$")
+
+
+@dataclasses.dataclass
+class RunRecord:
+  workdir: str
+  config: dict
+  records: list[dict]
+
+  @property
+  def seed(self) -> Any:
+    return self.config.get("seed")
+
+  def last(self, metric: str) -> Optional[tuple[int, float]]:
+    """(step, value) of the last record holding ``metric``; None if none does."""
+    for r in reversed(self.records):
+      if metric in r and isinstance(r[metric], (int, float)):
+        return int(r["step"]), float(r[metric])
+    return None
+
+  def by_length(self) -> Optional[tuple[int, dict[int, float]]]:
+    """(step, {length: exact match}) of the last record with per-length values, merged over splits."""
+    for r in reversed(self.records):
+      values = {int(m["n"]): float(v) for k, v in r.items() if (m := _BY_LENGTH_KEY.match(k))}
+      if values:
+        return int(r["step"]), dict(sorted(values.items()))
+    return None
+
+
+def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
+  """Every workdir matched by ``patterns`` that holds ``config.json`` and ``metrics.jsonl``, sorted by path."""
+  runs = []
+  for workdir in sorted({p for pattern in patterns for p in glob.glob(pattern)}):
+    config_path, metrics_path = os.path.join(workdir, "config.json"), os.path.join(workdir, "metrics.jsonl")
+    if not (os.path.isfile(config_path) and os.path.isfile(metrics_path)):
+      continue
+    with open(config_path, encoding="utf-8") as f:
+      config = json.load(f)["config"]
+    with open(metrics_path, encoding="utf-8") as f:
+      records = [json.loads(line) for line in f if line.strip()]
+    runs.append(RunRecord(workdir, config, records))
+  return runs
+
+
+def _canonical(value: Any) -> str:
+  return json.dumps(value, sort_keys=True)
+
+
+def group_runs(runs: Sequence[RunRecord]) -> list[tuple[dict, list[RunRecord]]]:
+  """Runs grouped by config without ``IGNORED_KEYS``: ``[(shared config, runs)]`` in first-seen order."""
+  groups: dict[str, tuple[dict, list[RunRecord]]] = {}
+  for run in runs:
+    config = {k: v for k, v in run.config.items() if k not in IGNORED_KEYS}
+    groups.setdefault(_canonical(config), (config, []))[1].append(run)
+  return list(groups.values())
+
+
+def labels(configs: Sequence[dict]) -> list[str]:
+  """Short unique names from the keys whose values differ between ``configs``.
+
+  A group shows the key with the most distinct values (first), every key without a
+  single most common value, and any other key where it differs from the most
+  common value (``pe=alibi, directional=True`` beside ``pe=alibi``). If that
+  does not tell two groups apart, every differing key is shown.
+  """
+  if len(configs) < 2:
+    return ["all runs"] * len(configs)
+  keys = sorted({k for c in configs for k in c})
+  values = {k: [_canonical(c.get(k)) for c in configs] for k in keys}
+  differing = [k for k in keys if len(set(values[k])) > 1]
+  primary = max(differing, key=lambda k: len(set(values[k])))
+  differing.sort(key=lambda k: k != primary)  # the primary key first
+  modes = {}
+  for k in differing:
+    (top, n), *rest = collections.Counter(values[k]).most_common(2) + [(None, 0)]
+    modes[k] = top if n > rest[0][1] else None
+
+  def name(c, shown):
+    return ", ".join(f"{SHORT_NAMES.get(k, k)}={c.get(k)}" for k in shown)
+
+  out = [name(c, [k for k in differing if k == primary or modes[k] is None or _canonical(c.get(k)) != modes[k]])
+         for c in configs]
+  if len(set(out)) < len(out):
+    out = [name(c, differing) for c in configs]
+  return out
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+  """n, mean, sample std (nan for one value), min and max."""
+  v = np.asarray(values, np.float64)
+  return {"n": len(v), "mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else math.nan,
+          "min": float(v.min()), "max": float(v.max())}
+
+
+def _fmt(value: Optional[float], digits: int) -> str:
+  if value is None or (isinstance(value, float) and math.isnan(value)):
+    return "-"
+  return f"{value:.{digits}f}"
+
+
+def _steps(steps: Sequence[int]) -> str:
+  lo, hi = min(steps), max(steps)
+  return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+  return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _numeric(value: Any) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# ----------------------------------------------------------------------------
+# One metric per group (tables 1-3).
+
+
+def summarise(runs: Sequence[RunRecord], metric: str, x: Optional[str] = None,
+              paper_table: Optional[str] = None) -> list[dict]:
+  """One row per group: label, x, spread of ``metric`` over its runs, steps, the paper's number."""
+  grouped = [(c, [(r, r.last(metric)) for r in rs]) for c, rs in group_runs(runs)]
+  grouped = [(c, [(r, v) for r, v in rs if v is not None]) for c, rs in grouped]
+  grouped = [(c, rs) for c, rs in grouped if rs]
+  if not grouped:
+    raise ValueError(f"no run holds the metric {metric!r}")
+  names = labels([c for c, _ in grouped])
+  rows = []
+  for (config, rs), name in zip(grouped, names):
+    rows.append({"variant": name, "x": config.get(x) if x else None, **spread([v for _, (_, v) in rs]),
+                 "steps": _steps([s for _, (s, _) in rs]),
+                 "paper": paper.lookup(paper_table, config) if paper_table else None,
+                 "runs": [{"workdir": r.workdir, "seed": r.seed, "step": s, "value": v} for r, (s, v) in rs]})
+  if x:
+    if not all(_numeric(r["x"]) for r in rows):
+      raise ValueError(f"--x {x}: every group needs a numeric config.{x}, got {[r['x'] for r in rows]}")
+    rows.sort(key=lambda r: r["x"])
+  return rows
+
+
+def metric_table(rows: Sequence[dict], metric: str, paper_table: Optional[str]) -> str:
+  digits = 4 if all(abs(r["max"]) <= 1 for r in rows) else 2
+  header = ["variant", "runs", "step", f"{metric} mean", "std", "min", "max"]
+  if paper_table:
+    header.append(f"paper ({paper_table}, BLEU)")
+  body = []
+  for r in rows:
+    cells = [r["variant"], str(r["n"]), r["steps"]] + [_fmt(r[k], digits) for k in ("mean", "std", "min", "max")]
+    if paper_table:
+      cells.append(_fmt(r["paper"], 1))
+    body.append(cells)
+  return _markdown(header, body)
+
+
+def metric_plot(rows: Sequence[dict], metric: str, x: Optional[str], paper_table: Optional[str], path: str,
+                title: Optional[str] = None) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(6.4, 4.0))
+  pos = [r["x"] for r in rows] if x else list(range(len(rows)))
+  mean = np.array([r["mean"] for r in rows])
+  err = np.array([[r["mean"] - r["min"] for r in rows], [r["max"] - r["mean"] for r in rows]])
+  if x:
+    ax.errorbar(pos, mean, yerr=err, marker="o", capsize=3, label=f"measured (mean, min-max over runs)")
+    if max(pos) > 8 * max(min(p for p in pos if p > 0) if any(p > 0 for p in pos) else 1, 1):
+      ax.set_xscale("symlog", base=2, linthresh=1)
+    ax.set_xlabel(x)
+  else:
+    ax.bar(pos, mean, yerr=err, capsize=3, alpha=0.7, label="measured (mean, min-max over runs)")
+    ax.set_xticks(pos, [r["variant"] for r in rows], rotation=20, ha="right")
+  for p, r in zip(pos, rows):
+    ax.plot([p] * len(r["runs"]), [run["value"] for run in r["runs"]], ".", color="k", alpha=0.5)
+  ax.set_ylabel(metric)
+  if paper_table and any(r["paper"] is not None for r in rows):
+    twin = ax.twinx()
+    twin.plot([p for p, r in zip(pos, rows) if r["paper"] is not None],
+              [r["paper"] for r in rows if r["paper"] is not None], "s--", color="tab:red", alpha=0.8)
+    twin.set_ylabel(f"paper BLEU ({paper_table}, red)", color="tab:red")
+  ax.legend(loc="lower right", fontsize=8)
+  ax.set_title(title or metric)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120, metadata={"Software": None})
+  plt.close(fig)
+
+
+# ----------------------------------------------------------------------------
+# Exact match against length.
+
+
+def summarise_by_length(runs: Sequence[RunRecord]) -> list[dict]:
+  """One row per group: label, longest training length, and per length the spread over its runs."""
+  grouped = [(c, [(r, r.by_length()) for r in rs]) for c, rs in group_runs(runs)]
+  grouped = [(c, [(r, v) for r, v in rs if v is not None]) for c, rs in grouped]
+  grouped = [(c, rs) for c, rs in grouped if rs]
+  if not grouped:
+    raise ValueError("no run holds per-length values (<split>/exact_match_by_length/<n>; set eval_by_length)")
+  names = labels([c for c, _ in grouped])
+  rows = []
+  for (config, rs), name in zip(grouped, names):
+    lengths = sorted(set.intersection(*(set(v) for _, (_, v) in rs)))
+    per_length = {n: spread([v[n] for _, (_, v) in rs]) for n in lengths}
+    train_max = config.get("max_length")
+    seen = [np.mean([v[n] for n in lengths if n <= train_max]) for _, (_, v) in rs] if train_max else []
+    longer = [np.mean([v[n] for n in lengths if n > train_max]) for _, (_, v) in rs
+              if train_max and any(n > train_max for n in lengths)]
+    rows.append({"variant": name, "n": len(rs), "steps": _steps([s for _, (s, _) in rs]), "train_max": train_max,
+                 "lengths": per_length, "seen": spread(seen) if seen else None,
+                 "longer": spread(longer) if longer else None,
+                 "runs": [{"workdir": r.workdir, "seed": r.seed, "step": s, "values": v} for r, (s, v) in rs]})
+  rows.sort(key=lambda r: r["variant"])
+  return rows
+
+
+def length_table(rows: Sequence[dict]) -> str:
+  lengths = sorted({n for r in rows for n in r["lengths"]})
+  header = ["variant", "runs", "step", "trained lengths", "longer lengths"] + [str(n) for n in lengths]
+
+  def both(s):
+    return "-" if s is None else f"{s['mean']:.3f} [{s['min']:.3f}, {s['max']:.3f}]"
+
+  body = [[r["variant"], str(r["n"]), r["steps"], both(r["seen"]), both(r["longer"])]
+          + [_fmt(r["lengths"][n]["mean"], 2) if n in r["lengths"] else "-" for n in lengths] for r in rows]
+  return _markdown(header, body)
+
+
+def length_plot(rows: Sequence[dict], path: str, title: Optional[str] = None) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(7.2, 4.4))
+  for r in rows:
+    n = sorted(r["lengths"])
+    mean = [r["lengths"][i]["mean"] for i in n]
+    line, = ax.plot(n, mean, marker=".", label=r["variant"])
+    ax.fill_between(n, [r["lengths"][i]["min"] for i in n], [r["lengths"][i]["max"] for i in n],
+                    color=line.get_color(), alpha=0.15, linewidth=0)
+  train_max = {r["train_max"] for r in rows if r["train_max"]}
+  for t in train_max:
+    ax.axvline(t + 0.5, color="k", linestyle="--", linewidth=1)
+    ax.text(t + 0.6, 1.02, "longer than training", fontsize=8, va="bottom")
+  ax.set_xlabel("input length (digits)")
+  ax.set_ylabel("exact match (mean; band: min-max over runs)")
+  ax.set_ylim(-0.02, 1.08)
+  ax.legend(fontsize=8, loc="lower left")
+  ax.set_title(title or "exact match against length")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120, metadata={"Software": None})
+  plt.close(fig)
+
+
+# ----------------------------------------------------------------------------
+# Writing.
+
+
+def _write_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+  with open(path, "w", newline="", encoding="utf-8") as f:
+    writer = csv.writer(f)
+    writer.writerow(header)
+    writer.writerows(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row]
+                     for row in rows)
+
+
+def write_report(patterns: Sequence[str], out: str, metric: Optional[str] = None, x: Optional[str] = None,
+                 paper_table: Optional[str] = None, by_length: bool = False, title: Optional[str] = None,
+                 command: Optional[str] = None) -> list[dict]:
+  """Reads the runs, writes table.md, results.csv, runs.json and plot.png to ``out``; returns the rows."""
+  runs = load_runs(patterns)
+  if not runs:
+    raise ValueError(f"no workdir with config.json and metrics.jsonl matches {list(patterns)}")
+  os.makedirs(out, exist_ok=True)
+  if by_length:
+    rows = summarise_by_length(runs)
+    table = length_table(rows)
+    _write_csv(os.path.join(out, "results.csv"), ["variant", "length", "runs", "mean", "std", "min", "max"],
+               [[r["variant"], n, s["n"], s["mean"], s["std"], s["min"], s["max"]]
+                for r in rows for n, s in r["lengths"].items()])
+    length_plot(rows, os.path.join(out, "plot.png"), title)
+    what = "exact match per input length (greedy decoding); trained/longer: mean [min, max] over runs"
+  else:
+    if not metric:
+      raise ValueError("--metric is required (or --by_length)")
+    rows = summarise(runs, metric, x, paper_table)
+    table = metric_table(rows, metric, paper_table)
+    _write_csv(os.path.join(out, "results.csv"),
+               ["variant", "x", "runs", "steps", "mean", "std", "min", "max", "paper"],
+               [[r["variant"], r["x"], r["n"], r["steps"], r["mean"], r["std"], r["min"], r["max"], r["paper"]]
+                for r in rows])
+    metric_plot(rows, metric, x, paper_table, os.path.join(out, "plot.png"), title)
+    what = f"{metric} at each run's last evaluation; std over runs with ddof 1"
+  with open(os.path.join(out, "runs.json"), "w", encoding="utf-8") as f:
+    json.dump([{"variant": r["variant"], "runs": r["runs"]} for r in rows], f, indent=1, sort_keys=True)
+  lines = []
+  if command:
+    lines += [f"Generated by `{command}`.", ""]
+  lines += [f"{len(runs)} runs in {len(rows)} groups; {what}.", "", table, ""]
+  with open(os.path.join(out, "table.md"), "w", encoding="utf-8") as f:
+    f.write("\n".join(lines))
+  return rows
+
+
+def main(argv):
+  if len(argv) < 2:
+    raise app.UsageError("name one or more workdir globs, e.g. 'workdirs/sweeps/table2_cpu/*/*'")
+  command = "python -m experiments.report " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+  write_report(argv[1:], _OUT.value, _METRIC.value, _X.value, _PAPER.value, _BY_LENGTH.value, _TITLE.value,
+               command=command)
+  print(open(os.path.join(_OUT.value, "table.md"), encoding="utf-8").read())
+
+
+if __name__ == "__main__":
+  app.run(main)

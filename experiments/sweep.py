@@ -1,0 +1,166 @@
+"""Runs a named sweep (experiments/sweeps.py) one run after another, or prints each run's command.
+
+  python -m experiments.sweep table2_cpu              # train every run here, in this process
+  python -m experiments.sweep table2_cpu --print      # one `python run.py ...` line per run, for a cluster
+  python -m experiments.sweep --list                  # the registered sweeps and their sizes
+
+Run from the repository root. Every run trains in its own workdir,
+``<root>/<sweep>/<run name>/seed<seed>`` (``--root``, default
+``workdirs/sweeps``). A run whose workdir already holds its final evaluation
+is skipped, and an interrupted one resumes from its latest checkpoint, so
+re-running a sweep finishes whatever is left. A failing run is logged and the
+sweep goes on; the exit status is 1 if any run failed. ``--only NAME`` (one or
+more) and ``--seeds 0,1`` restrict the sweep. Compiled programs are kept in a
+persistent JAX cache (``--compilation_cache``, default ``<root>/jax_cache``), so
+the seeds of one variant compile once. The printed commands set the
+same keys as the in-process runs (``--config.<key>=<value>``), and when the
+sweep is done the command of its report is printed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging as pylogging
+import os
+import shlex
+import sys
+import time
+from typing import Any, Optional
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from experiments import sweeps
+
+_ROOT = flags.DEFINE_string("root", "workdirs/sweeps", "Directory holding the sweeps' workdirs.")
+_PRINT = flags.DEFINE_bool("print", False, "Print each run's command instead of running it.")
+_LIST = flags.DEFINE_bool("list", False, "List the registered sweeps.")
+_ONLY = flags.DEFINE_multi_string("only", [], "Run only the runs of these names (e.g. k=4).")
+_SEEDS = flags.DEFINE_list("seeds", [], "Run only these seeds (e.g. 0,1).")
+_CACHE = flags.DEFINE_string("compilation_cache", "{root}/jax_cache",
+                             "JAX persistent compilation cache ('' for none): runs that differ only in seed "
+                             "compile the same programs.")
+
+
+def load_config(run: sweeps.Run, root: str):
+  """The run's config: ``get_config(variant)`` of its file, locked, with the run's keys set (as run.py would)."""
+  path = sweeps.ROOT / run.config
+  spec = importlib.util.spec_from_file_location(f"sweep_config_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config(run.variant)
+  config.lock()  # an unknown key fails instead of being added
+  for key, value in run.settings(root).items():
+    config[key] = value
+  return config
+
+
+def _flag_value(value: Any) -> str:
+  return shlex.quote(str(value))
+
+
+def command(run: sweeps.Run, root: str, sweep: str) -> str:
+  """``python run.py --config=<file>[:<variant>] --workdir=<dir> --config.<key>=<value> ...``."""
+  config = run.config + (f":{run.variant}" if run.variant else "")
+  words = ["python", "run.py", f"--config={_flag_value(config)}", f"--workdir={_flag_value(run.workdir(root, sweep))}"]
+  words += [f"--config.{k}={_flag_value(v)}" for k, v in run.settings(root).items()]
+  return " ".join(words)
+
+
+def finished(workdir: str, config) -> bool:
+  """Whether ``workdir`` holds the run's last step with its evaluation (or, without eval splits, its last log)."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return False
+  with open(path, encoding="utf-8") as f:
+    records = [json.loads(line) for line in f if line.strip()]
+  evaluated = bool(config.eval_splits)
+  for r in records:
+    if r["step"] >= config.num_train_steps and (not evaluated or any("/" in k and not k.startswith("train/")
+                                                                     for k in r)):
+      return True
+  return False
+
+
+def select(sweep: sweeps.Sweep, only=(), seeds=()) -> list[sweeps.Run]:
+  runs = [r for r in sweep.runs if (not only or r.name in only) and (not seeds or r.seed in seeds)]
+  if not runs:
+    raise ValueError(f"no run of sweep {sweep.name!r} matches --only {list(only)} --seeds {list(seeds)}; "
+                     f"runs: {sorted({r.name for r in sweep.runs})}, seeds: {sorted({r.seed for r in sweep.runs})}")
+  return runs
+
+
+def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) -> str:
+  words = ["python", "-m", "experiments.report", shlex.quote(os.path.join(root, sweep.name, "*", "*")),
+           *map(shlex.quote, sweep.report), "--out", shlex.quote(out or os.path.join("experiments", "results",
+                                                                                     sweep.name))]
+  return " ".join(words)
+
+
+def run_sweep(sweep: sweeps.Sweep, root: str, runs: list[sweeps.Run], train_fn=None) -> dict[str, list[str]]:
+  """Trains every unfinished run in turn; ``{"done": [...], "skipped": [...], "failed": [...]}`` workdirs."""
+  if train_fn is None:
+    from rpr import train  # JAX: imported only when something trains
+    train_fn = train.train_and_evaluate
+  outcome = {"done": [], "skipped": [], "failed": []}
+  for i, run in enumerate(runs):
+    workdir = run.workdir(root, sweep.name)
+    config = load_config(run, root)
+    if finished(workdir, config):
+      logging.info("[%d/%d] %s: finished, skipped.", i + 1, len(runs), workdir)
+      outcome["skipped"].append(workdir)
+      continue
+    logging.info("[%d/%d] %s: %s", i + 1, len(runs), workdir, command(run, root, sweep.name))
+    t0 = time.time()
+    try:
+      train_fn(config, workdir)
+    except Exception:  # pylint: disable=broad-except
+      logging.exception("%s failed; going on with the next run.", workdir)
+      outcome["failed"].append(workdir)
+      continue
+    logging.info("%s: done in %.1f min.", workdir, (time.time() - t0) / 60)
+    outcome["done"].append(workdir)
+  return outcome
+
+
+class _OrbaxInfoFilter(pylogging.Filter):
+  """As in run.py: drops orbax's per-save INFO lines."""
+
+  def filter(self, record):
+    return record.levelno >= pylogging.WARNING or "/orbax/" not in record.pathname
+
+
+def main(argv):
+  if _LIST.value:
+    for name, sweep in sorted(sweeps.SWEEPS.items()):
+      print(f"{name:14s} {len(sweep.runs):3d} runs  {sweep.description}")
+    return 0
+  if len(argv) != 2:
+    raise app.UsageError(f"name one sweep; registered: {sorted(sweeps.SWEEPS)}")
+  sweep = sweeps.get(argv[1])
+  runs = select(sweep, _ONLY.value, [int(s) for s in _SEEDS.value])
+  root = _ROOT.value
+  if _PRINT.value:
+    for run in runs:
+      done = finished(run.workdir(root, sweep.name), load_config(run, root))
+      print(("# finished: " if done else "") + command(run, root, sweep.name))
+    return 0
+  logging.get_absl_handler().addFilter(_OrbaxInfoFilter())
+  logging.set_verbosity(logging.INFO)
+  if _CACHE.value:
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", _CACHE.value.format(root=root))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+  outcome = run_sweep(sweep, root, runs)
+  logging.info("Sweep %s: %d trained, %d skipped (finished before), %d failed%s.", sweep.name,
+               len(outcome["done"]), len(outcome["skipped"]), len(outcome["failed"]),
+               "".join(f"\n  failed: {w}" for w in outcome["failed"]))
+  logging.info("Report: %s", report_command(sweep, root))
+  return 1 if outcome["failed"] else 0
+
+
+if __name__ == "__main__":
+  app.run(lambda argv: sys.exit(main(argv)))

@@ -1,0 +1,134 @@
+"""Named sweeps: each expands into runs (config file, variant, overrides, seed), one workdir per run.
+
+A run's workdir is ``<root>/<sweep>/<run name>/seed<seed>``. ``report`` holds
+the arguments of ``python -m experiments.report`` that tabulate the sweep
+(its metric, x axis and the paper's table to print beside it).
+
+Registered:
+
+* ``table2_cpu``: Table 2 at CPU scale on the arithmetic data set: Shaw
+  relative positions only (no absolute encoding), k in 0, 1, 2, 4, 16, 64,
+  256, 3 seeds; test exact match beside the paper's BLEU.
+* ``table3_cpu``: Table 3 the same way: a^K and a^V each on or off (k = 16),
+  3 seeds.
+* ``wmt_table1``, ``wmt_table2``, ``wmt_table3``: the paper's cells on WMT14
+  EN-DE (configs/wmt14_ende.py), one seed each; all share one vocabulary and
+  tokenised training set in ``<root>/wmt14_cache``.
+* ``length``: length generalisation on ``reverse`` (configs/length.py):
+  every position scheme (ALiBi also directional, Shaw also with k = 4), trained
+  on 1-12 digits, tested on 1-24; 3 seeds.
+* ``length_tiny``: two schemes of the tiny length config (seconds; tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import pathlib
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SEEDS = (0, 1, 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  name: str  # the variant's directory under the sweep, e.g. "k=4"
+  config: str  # config file, relative to the repository root
+  variant: str = ""  # the config file's variant ("" for none)
+  overrides: tuple[tuple[str, Any], ...] = ()  # (key, value): --config.<key>=<value>; "{root}" in strings is the root
+  seed: int = 0
+
+  def workdir(self, root: str, sweep: str) -> str:
+    return str(pathlib.Path(root) / sweep / self.name / f"seed{self.seed}")
+
+  def settings(self, root: str) -> dict[str, Any]:
+    """The config keys this run sets over its config file's variant: overrides, then the seed."""
+    values = {k: v.format(root=root) if isinstance(v, str) else v for k, v in self.overrides}
+    return {**values, "seed": self.seed}
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+  name: str
+  description: str
+  runs: tuple[Run, ...]
+  report: tuple[str, ...] = ()  # arguments of experiments.report after the workdir glob
+
+
+SWEEPS: dict[str, Sweep] = {}
+
+
+def register(sweep: Sweep) -> Sweep:
+  if sweep.name in SWEEPS:
+    raise ValueError(f"sweep {sweep.name!r} is already registered")
+  names = [(r.name, r.seed) for r in sweep.runs]
+  if len(set(names)) != len(names):
+    raise ValueError(f"sweep {sweep.name!r} has two runs with the same name and seed")
+  SWEEPS[sweep.name] = sweep
+  return sweep
+
+
+def get(name: str) -> Sweep:
+  if name not in SWEEPS:
+    raise ValueError(f"unknown sweep {name!r}; allowed: {sorted(SWEEPS)}")
+  return SWEEPS[name]
+
+
+def _seeded(runs, seeds=SEEDS) -> tuple[Run, ...]:
+  return tuple(dataclasses.replace(r, seed=s) for r in runs for s in seeds)
+
+
+def _bool(on: bool) -> str:
+  return "on" if on else "off"
+
+
+# Table 2 at CPU scale: relative positions only, every k of the paper.
+TABLE2_K = (0, 1, 2, 4, 16, 64, 256)
+register(Sweep(
+    "table2_cpu", "Table 2 on arithmetic: k in 0 1 2 4 16 64 256, relative positions only, 3 seeds",
+    _seeded(Run(f"k={k}", "configs/arithmetic.py", f"pe=shaw,k={k}") for k in TABLE2_K),
+    report=("--metric", "test/exact_match", "--x", "max_distance", "--paper", "table2")))
+
+# Table 3 at CPU scale: a^K and a^V switched through the engine's run-config keys.
+register(Sweep(
+    "table3_cpu", "Table 3 on arithmetic: a^V and a^K on/off (k = 16), 3 seeds",
+    _seeded(Run(f"av={_bool(av)},ak={_bool(ak)}", "configs/arithmetic.py", "pe=shaw,k=16",
+                (("use_values", av), ("use_keys", ak)))
+            for av, ak in ((True, True), (False, True), (True, False), (False, False))),
+    report=("--metric", "test/exact_match", "--paper", "table3")))
+
+
+def _wmt_cells():
+  spec = importlib.util.spec_from_file_location("rpr_configs_wmt14_ende", ROOT / "configs" / "wmt14_ende.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.CELLS
+
+
+def _wmt_name(variant: str) -> str:
+  """``"table2,k=4"`` -> ``"k=4"``; ``"table1,model=big,pe=relative"`` -> ``"big,relative"``."""
+  words = [w for w in variant.split(",") if not w.startswith("table")]
+  return ",".join(w.split("=", 1)[1] if w.startswith(("model=", "pe=")) else w for w in words)
+
+
+for _table, _metric, _x in ((1, "test/bleu", ()), (2, "validation/bleu", ("--x", "max_distance")),
+                            (3, "validation/bleu", ())):
+  register(Sweep(
+      f"wmt_table{_table}", f"Table {_table} on WMT14 EN-DE (Shaw's setup; accelerators needed), one seed",
+      tuple(Run(_wmt_name(c.variant), "configs/wmt14_ende.py", c.variant, (("cache_dir", "{root}/wmt14_cache"),))
+            for c in _wmt_cells() if c.table == _table),
+      report=("--metric", _metric, *_x, "--paper", f"table{_table}")))
+
+LENGTH_SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "rope", "alibi")
+register(Sweep(
+    "length", "Length generalisation on reverse: every position scheme, train 1-12 digits, test 1-24, 3 seeds",
+    _seeded([Run(s, "configs/length.py", f"pe={s}") for s in LENGTH_SCHEMES]
+            + [Run("alibi_directional", "configs/length.py", "pe=alibi,directional=1"),
+               Run("shaw_k4", "configs/length.py", "pe=shaw,k=4")]),
+    report=("--by_length",)))
+
+register(Sweep(
+    "length_tiny", "The tiny length config with two schemes and two seeds (seconds; for tests)",
+    _seeded([Run(s, "configs/length.py", f"tiny,pe={s}") for s in ("shaw", "sinusoidal")], seeds=(0, 1)),
+    report=("--by_length",)))

@@ -1,0 +1,127 @@
+"""experiments.sweep: every registered sweep expands into valid configs; printing, skipping finished runs, failures."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from experiments import paper
+from experiments import sweep as sweep_lib
+from experiments import sweeps
+from rpr import data
+from rpr import run_config
+
+
+@pytest.mark.parametrize("name", sorted(sweeps.SWEEPS))
+def test_every_run_of_every_sweep_has_a_valid_config_and_its_own_workdir(name):
+  sweep = sweeps.get(name)
+  workdirs = [r.workdir("root", name) for r in sweep.runs]
+  assert len(set(workdirs)) == len(workdirs)
+  for run in sweep.runs:
+    config = sweep_lib.load_config(run, "root")  # unknown override keys would fail here (locked config)
+    if config.dataset not in data.REGISTRY:
+      pytest.skip(f"data set {config.dataset!r} is not registered yet")
+    run_config.validate(config, num_devices=1)
+    assert config.seed == run.seed
+
+
+def _configs(name):
+  return [(run, sweep_lib.load_config(run, "root")) for run in sweeps.get(name).runs]
+
+
+def test_table2_cpu_is_every_k_of_the_paper_relative_only_three_seeds():
+  runs = _configs("table2_cpu")
+  assert sorted({(c.max_distance, c.seed) for _, c in runs}) == sorted(
+      (k, s) for k in paper.TABLE2 for s in (0, 1, 2))
+  for _, c in runs:
+    assert c.dataset == "arithmetic" and c.position == "shaw"  # Shaw attention, no absolute encoding
+    assert c.use_keys and c.use_values
+    assert paper.lookup("table2", c.to_dict()) == paper.TABLE2[c.max_distance]
+
+
+def test_table3_cpu_is_every_switch_combination_three_seeds():
+  runs = _configs("table3_cpu")
+  assert sorted({(c.use_values, c.use_keys, c.seed) for _, c in runs}) == sorted(
+      (av, ak, s) for av, ak in paper.TABLE3 for s in (0, 1, 2))
+  assert {(c.position, c.max_distance) for _, c in runs} == {("shaw", paper.BASE_K)}
+
+
+def test_wmt_sweeps_are_the_configs_cells_and_share_one_vocabulary():
+  for table in (1, 2, 3):
+    runs = _configs(f"wmt_table{table}")
+    assert len(runs) == {1: 4, 2: 7, 3: 4}[table]
+    for run, c in runs:
+      assert run.variant.startswith(f"table{table},") and c.cache_dir == "root/wmt14_cache"
+      assert paper.lookup(f"table{table}", c.to_dict()) is not None
+
+
+def test_length_sweep_covers_every_scheme_with_three_seeds():
+  runs = _configs("length")
+  schemes = {c.position for _, c in runs}
+  assert schemes == set(sweeps.LENGTH_SCHEMES)
+  for _, c in runs:
+    assert c.dataset == "reverse" and c.eval_by_length and c.long_max_length == 2 * c.max_length
+  assert sorted({c.seed for _, c in runs}) == [0, 1, 2]
+
+
+def test_printed_commands_name_the_config_variant_workdir_and_every_key(tmp_path):
+  proc = subprocess.run([sys.executable, "-m", "experiments.sweep", "table3_cpu", "--print", "--seeds", "1",
+                         "--only", "av=off,ak=on", "--root", str(tmp_path)], cwd=sweeps.ROOT,
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.splitlines() == [
+      f"python run.py --config=configs/arithmetic.py:pe=shaw,k=16 --workdir={tmp_path}/table3_cpu/av=off,ak=on/seed1 "
+      "--config.use_values=False --config.use_keys=True --config.seed=1"]
+
+
+def _finish(workdir, steps, evaluated=True):
+  workdir.mkdir(parents=True, exist_ok=True)
+  records = [{"step": steps, "train/loss": 0.1}] + ([{"step": steps, "valid/exact_match": 1.0}] if evaluated else [])
+  (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_run_sweep_trains_in_turn_skips_finished_runs_and_goes_on_after_a_failure(tmp_path):
+  sweep = sweeps.get("length_tiny")
+  root = str(tmp_path)
+  calls = []
+
+  def fake_train(config, workdir):
+    calls.append((config.position, config.seed, workdir))
+    if config.position == "sinusoidal" and config.seed == 1:
+      raise FloatingPointError("diverged")
+    _finish(pathlib.Path(workdir), config.num_train_steps)
+
+  first = sweep.runs[0]
+  _finish(pathlib.Path(first.workdir(root, sweep.name)), 10)  # finished before
+  _finish(pathlib.Path(sweep.runs[1].workdir(root, sweep.name)), 5)  # stopped half way: resumed
+  outcome = sweep_lib.run_sweep(sweep, root, list(sweep.runs), train_fn=fake_train)
+  assert outcome["skipped"] == [first.workdir(root, sweep.name)]
+  assert [(p, s) for p, s, _ in calls] == [("shaw", 1), ("sinusoidal", 0), ("sinusoidal", 1)]
+  assert len(outcome["done"]) == 2 and outcome["failed"] == [sweep.runs[3].workdir(root, sweep.name)]
+  # Run again: only the failed run is left.
+  calls.clear()
+  outcome = sweep_lib.run_sweep(sweep, root, list(sweep.runs), train_fn=fake_train)
+  assert [(p, s) for p, s, _ in calls] == [("sinusoidal", 1)] and len(outcome["skipped"]) == 3
+
+
+def test_finished_needs_the_last_step_and_its_evaluation(tmp_path):
+  config = sweep_lib.load_config(sweeps.get("length_tiny").runs[0], str(tmp_path))
+  assert not sweep_lib.finished(str(tmp_path / "missing"), config)
+  _finish(tmp_path / "a", config.num_train_steps, evaluated=False)
+  assert not sweep_lib.finished(str(tmp_path / "a"), config)  # trained, but the final evaluation is missing
+  _finish(tmp_path / "b", config.num_train_steps)
+  assert sweep_lib.finished(str(tmp_path / "b"), config)
+  with config.unlocked():
+    config.eval_splits = ()
+  assert sweep_lib.finished(str(tmp_path / "a"), config)
+
+
+def test_select_and_unknown_names_fail_clearly():
+  sweep = sweeps.get("table2_cpu")
+  assert [(r.name, r.seed) for r in sweep_lib.select(sweep, only=["k=4"], seeds=[2])] == [("k=4", 2)]
+  with pytest.raises(ValueError, match=r"no run of sweep 'table2_cpu' matches .*runs: \['k=0'"):
+    sweep_lib.select(sweep, only=["k=3"])
+  with pytest.raises(ValueError, match=r"unknown sweep 'table9'; allowed: \[.*'table2_cpu'"):
+    sweeps.get("table9")
