@@ -8,7 +8,10 @@ rate; they use ``s = t + 1`` so the first update is not taken with rate 0.
   (the paper has ``learning_rate = 1``);
 * ``rsqrt``: the same shape scaled so that ``learning_rate`` is the peak,
   reached at ``s = warmup``: ``lr = learning_rate * min(s / warmup, sqrt(warmup / s))``;
-* ``constant``: ``learning_rate`` after a linear warm-up of ``warmup`` steps.
+* ``constant``: ``learning_rate`` after a linear warm-up of ``warmup`` steps;
+* ``cosine``: the same warm-up, then a cosine decay to 0 at ``config.num_train_steps``:
+  ``lr = learning_rate * (1 + cos(pi * (s - warmup) / (total - warmup))) / 2``.
+  Short runs end sharper when the rate reaches 0.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Callable
 import jax.numpy as jnp
 import optax
 
-SCHEDULES = ("vaswani", "rsqrt", "constant")
+SCHEDULES = ("vaswani", "rsqrt", "constant", "cosine")
 OPTIMIZERS = ("adam", "adamw")
 
 
@@ -44,6 +47,15 @@ def constant(learning_rate: float, warmup_steps: int) -> optax.Schedule:
   return schedule
 
 
+def cosine(learning_rate: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
+  def schedule(count):
+    s = jnp.asarray(count, jnp.float32) + 1.0
+    warm = s / max(warmup_steps, 1)
+    progress = jnp.clip((s - warmup_steps) / max(total_steps - warmup_steps, 1), 0.0, 1.0)
+    return learning_rate * jnp.where(s < warmup_steps, warm, 0.5 * (1.0 + jnp.cos(jnp.pi * progress)))
+  return schedule
+
+
 def make_schedule(config, d_model: int) -> optax.Schedule:
   """The schedule named ``config.schedule`` (see the module docstring)."""
   name, lr, warmup = config.schedule, config.learning_rate, config.warmup_steps
@@ -53,6 +65,8 @@ def make_schedule(config, d_model: int) -> optax.Schedule:
     return rsqrt(lr, warmup)
   if name == "constant":
     return constant(lr, warmup)
+  if name == "cosine":
+    return cosine(lr, warmup, config.num_train_steps)
   raise ValueError(f"config.schedule: unknown schedule {name!r}; allowed: {list(SCHEDULES)}")
 
 

@@ -36,6 +36,15 @@ def test_rsqrt_peaks_at_learning_rate_and_constant_warms_up():
   assert [float(c(i)) for i in (0, 4, 9, 1000)] == pytest.approx([0.05, 0.25, 0.5, 0.5])
 
 
+def test_cosine_warms_up_then_decays_to_zero_at_the_last_step():
+  s = optim.make_schedule(_config(schedule="cosine", learning_rate=1e-2, warmup_steps=10, num_train_steps=110),
+                          d_model=8)
+  assert [float(s(i)) for i in (0, 4, 9)] == pytest.approx([1e-3, 5e-3, 1e-2])
+  assert float(s(59)) == pytest.approx(5e-3)  # s = 60: half-way through the decay
+  assert float(s(109)) == pytest.approx(0.0, abs=1e-9) and float(s(500)) == pytest.approx(0.0, abs=1e-9)
+  assert all(float(s(i)) >= float(s(i + 1)) for i in range(9, 109))
+
+
 def test_clipping_bounds_the_first_adam_input():
   params = {"w": jnp.zeros(3)}
   grads = {"w": jnp.array([30.0, 40.0, 0.0])}  # norm 50
@@ -49,6 +58,6 @@ def test_clipping_bounds_the_first_adam_input():
 
 def test_unknown_names_fail_with_the_allowed_ones():
   with pytest.raises(ValueError, match=r"config.schedule.*allowed.*vaswani"):
-    optim.make_schedule(_config(schedule="cosine"), d_model=8)
+    optim.make_schedule(_config(schedule="cyclic"), d_model=8)
   with pytest.raises(ValueError, match=r"config.optimizer.*allowed.*adam"):
     optim.make_optimizer(_config(optimizer="sgd"), d_model=8)

@@ -12,7 +12,9 @@ whose batches hold a token budget instead of ``config.batch_size`` rows (which
 may then be None).
 
 Registered: ``copy`` and ``reverse`` (synthetic digit strings, in memory; see
-:mod:`rpr.data.synthetic`); ``wmt14`` (TFDS ``wmt14_translate``,
+:mod:`rpr.data.synthetic`); ``arithmetic`` (seed 002's ``i+j`` / ``i-j``, a
+TFDS data set generated into ``config.data_dir`` on first use; see
+:func:`rpr.data.arithmetic.from_config`); ``wmt14`` (TFDS ``wmt14_translate``,
 Shaw et al.'s EN-DE setup; see :mod:`rpr.data.wmt` and :func:`_wmt14` below).
 """
 
@@ -72,6 +74,14 @@ def _synthetic(kind: str):
 
 for _kind in ("copy", "reverse"):
   register(_kind, _synthetic(_kind), splits=("valid", "long"))
+
+
+def _arithmetic(config):
+  from rpr.data import arithmetic  # TFDS: imported only when the task is built
+  return arithmetic.from_config(config)
+
+
+register("arithmetic", _arithmetic, splits=("test",))
 
 
 def _wmt14(config, workdir: str, num_devices: int):

@@ -205,6 +205,10 @@ def prepare(config_name: str, data_dir: str | os.PathLike) -> ArithmeticBuilder:
   return builder
 
 
+# (data_dir of the builder, split) -> tokenised (inputs, targets); see ArithmeticTask.split_arrays.
+_SPLIT_CACHE: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+
+
 class ArithmeticTask:
   """The arithmetic data set as a ``rpr.data.task.Task``.
 
@@ -306,7 +310,14 @@ class ArithmeticTask:
             "targets": self._tokenise(targets, self.target_length, eos=True)}
 
   def split_arrays(self, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """The whole split tokenised, ``(inputs, targets)``, in stored order (cached)."""
+    """The whole split tokenised, ``(inputs, targets)``, in stored order (cached).
+
+    Also cached per process (keyed by the split's files): a sweep running many
+    trainings in one process reads and tokenises each split once.
+    """
+    key = (os.fspath(self.builder.data_dir), split)
+    if split not in self._arrays and key in _SPLIT_CACHE:
+      self._arrays[split] = _SPLIT_CACHE[key]
     if split not in self._arrays:
       # In chunks: parsing 2M protos at once peaks at ~3 GB; each chunk's
       # read pays array_record's fixed per-call cost once, negligible here.
@@ -315,6 +326,9 @@ class ArithmeticTask:
       self._arrays[split] = tuple(
           np.concatenate([p[k] for p in parts]) if parts else np.zeros((0, length), np.int32)
           for k, length in (("inputs", self.input_length), ("targets", self.target_length)))
+      for a in self._arrays[split]:
+        a.setflags(write=False)  # shared through _SPLIT_CACHE
+      _SPLIT_CACHE[key] = self._arrays[split]
     return self._arrays[split]
 
   def _permutation(self, epoch: int) -> np.ndarray:
@@ -356,3 +370,20 @@ class ArithmeticTask:
         x = np.concatenate([x, np.zeros((bs - len(x), x.shape[1]), np.int32)])
         y = np.concatenate([y, np.zeros((bs - len(y), y.shape[1]), np.int32)])
       yield {"inputs": x, "targets": y}
+
+
+DEFAULT_DATA_DIR = "~/tensorflow_datasets"
+
+
+def from_config(config) -> ArithmeticTask:
+  """The Task of a run config (``rpr.data`` registers it as ``arithmetic``).
+
+  Reads ``arithmetic_config`` (builder config name, default ``n1000_addsub``:
+  the seed's 2,000,000 examples), ``data_dir`` (where TFDS data is generated on
+  first use; None: ``~/tensorflow_datasets``), ``batch_size``,
+  ``eval_batch_size`` and ``seed``. The training split is preloaded.
+  """
+  name = config.get("arithmetic_config") or ArithmeticBuilder.DEFAULT_BUILDER_CONFIG_NAME
+  data_dir = os.path.expanduser(config.get("data_dir") or DEFAULT_DATA_DIR)
+  return ArithmeticTask(name, data_dir, batch_size=config.batch_size, seed=config.seed,
+                        eval_batch_size=config.eval_batch_size)

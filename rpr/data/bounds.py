@@ -127,13 +127,16 @@ def fitted_accuracy(train_inputs: Sequence[str], train_targets: Sequence[str],
   return hits / len(eval_inputs)
 
 
-def arithmetic_bounds(config_name: str) -> dict[str, float]:
+VIEWS = {"bag": bag_view, "reversal": reversal_view}
+
+
+def arithmetic_bounds(config_name: str, views: Sequence[str] = ("bag", "reversal")) -> dict[str, float]:
   """All ceilings for an ``rpr.data.arithmetic`` config, from its exact splits.
 
-  Keys ``{bag,reversal}_{test,all,fitted}``: oracle ceiling on the test split,
-  ceiling over the whole data set, and the train-fit predictor's test accuracy.
-  Uses the same enumeration and split as the TFDS builder, without needing
-  the generated files.
+  Keys ``{view}_{test,all,fitted}`` for each name in ``views`` (``bag``,
+  ``reversal``): oracle ceiling on the test split, ceiling over the whole data
+  set, and the train-fit predictor's test accuracy. Uses the same enumeration
+  and split as the TFDS builder, without needing the generated files.
   """
   from rpr.data import arithmetic  # local: keeps this module free of TFDS
 
@@ -141,7 +144,8 @@ def arithmetic_bounds(config_name: str) -> dict[str, float]:
   splits = arithmetic.split_examples(config)
   (tr_x, tr_y), (te_x, te_y) = splits["train"], splits["test"]
   out = {}
-  for name, view in (("bag", bag_view), ("reversal", reversal_view)):
+  for name in views:
+    view = VIEWS[name]
     out[f"{name}_test"] = view_bound(te_x, te_y, view)
     out[f"{name}_all"] = view_bound(list(tr_x) + list(te_x), list(tr_y) + list(te_y), view)
     out[f"{name}_fitted"] = fitted_accuracy(tr_x, tr_y, te_x, te_y, view)
