@@ -1,0 +1,460 @@
+"""Linear-memory attention for every position scheme: online softmax over key blocks.
+
+Flash-style (Dao et al. 2022, on XLA rather than a custom kernel): queries are
+processed in blocks of ``block_q`` rows and, for each, keys in blocks of
+``block_k``. The softmax is accumulated online,
+
+    m_i <- max(m_i, max_j s_ij),  l_i <- l_i e^(m_old - m_i) + sum_j e^(s_ij - m_i),
+    acc_i <- acc_i e^(m_old - m_i) + sum_j e^(s_ij - m_i) v_j,   z_i = acc_i / l_i,
+
+so no ``[batch, heads, q, k]`` tensor exists; only the log-sum-exp
+``lse_i = m_i + log l_i`` is saved, and the backward pass recomputes each
+block's weights ``p_ij = exp(s_ij - lse_i)`` and uses
+``ds_ij = p_ij (dp_ij - D_i)`` with ``D_i = g_i . z_i``. Memory is
+``O((q + k) (head_dim + 2k + 1))`` plus one block.
+
+Position schemes per block ``(I, J)`` (query rows from ``q0``, keys from ``k0``):
+
+* Shaw (``relative``): ``e_ij += q_i . w^K_{clip(j - i - offset)}`` is
+  :func:`rpr.relative.expand` of ``q_I W^K^T`` with the block offset
+  ``offset + q0 - k0``; ``z_i += sum_j alpha_ij w^V_{clip(...)}`` accumulates
+  :func:`rpr.relative.reduce` of the block weights and multiplies by ``W^V``
+  at the end. Only the two or three key blocks that the band
+  ``|j - i - offset| < k`` crosses need these maps: every other block holds a
+  single bucket (``0`` or ``2k``), where the a^K term is a per-row constant
+  folded into the softmax's row shift and the a^V term is the block's share
+  of the softmax mass (see :func:`_make_core`).
+* T5 / ALiBi (``bias_fn``): the scheme's ``bias_fn(q_pos, k_pos) -> [h, q, k]``
+  evaluated on the block's positions; its parameters (T5's table) get
+  gradients through ``jax.closure_convert``.
+* RoPE: rotate query and key beforehand; nothing per block.
+
+Masks: ``key_valid`` (padding), ``causal`` (key blocks wholly in the future
+are skipped) and optionally a dense boolean ``mask`` sliced per block (which
+itself costs ``O(q k)`` bytes). Fully masked rows are unspecified here (the
+dense path averages all values; skipped causal blocks change that average).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rpr import relative as rel
+from rpr.attention import Relative, check_mask, check_qkv
+
+Array = jax.Array
+
+
+# ----------------------------------------------------------------------------
+# Helpers.
+
+
+def _table_product(x: Array, table: Array) -> Array:
+  """``[b, h, q, d] x [R, d] | [h, R, d] -> [b, h, q, R]``."""
+  spec = "bhqd,rd->bhqr" if table.ndim == 2 else "bhqd,hrd->bhqr"
+  return jnp.einsum(spec, x, table)
+
+
+def _bucket_product(buckets: Array, table: Array) -> Array:
+  """``[b, h, q, R] x [R, d] | [h, R, d] -> [b, h, q, d]``."""
+  spec = "bhqr,rd->bhqd" if table.ndim == 2 else "bhqr,hrd->bhqd"
+  return jnp.einsum(spec, buckets, table)
+
+
+def _table_grad(buckets: Array, x: Array, shared: bool) -> Array:
+  """Transpose of :func:`_bucket_product` with respect to the table."""
+  return jnp.einsum("bhqr,bhqd->rd" if shared else "bhqr,bhqd->hrd", buckets, x)
+
+
+def _blocks(x: Array, size: int, axis: int) -> Array:
+  """Splits ``axis`` into ``[n, ..., size, ...]`` with the block index first."""
+  shape = x.shape[:axis] + (x.shape[axis] // size, size) + x.shape[axis + 1:]
+  return jnp.moveaxis(x.reshape(shape), axis, 0)
+
+
+def _unblocks(x: Array, axis: int) -> Array:
+  """Inverse of :func:`_blocks`."""
+  x = jnp.moveaxis(x, 0, axis)
+  return x.reshape(x.shape[:axis] + (x.shape[axis] * x.shape[axis + 1],) + x.shape[axis + 2:])
+
+
+def _ceil_div(a, b):
+  return -((-a) // b)
+
+
+# Where a key block sits relative to Shaw's band, for the block's rows:
+# every distance <= -k (one bucket, 0), every distance >= k (bucket 2k), or
+# some in between (the exact maps are needed).
+LEFT, RIGHT, BAND = "left", "right", "band"
+
+
+def _edge_column(x: Optional[Array], side: Optional[str]) -> Optional[Array]:
+  """The one bucket of a block wholly left (bucket 0) or right (bucket 2k) of the band, per row."""
+  if x is None or side not in (LEFT, RIGHT):
+    return None
+  return x[..., 0] if side == LEFT else x[..., -1]
+
+
+def _merge(runs):
+  """Merges online-softmax runs ``(m, l, ...)`` over disjoint key sets; returns the merged run and each run's weight.
+
+  Run ``r`` scales by ``w_r = exp(m_r - m)`` with ``m = max_r m_r``: then
+  ``l = sum_r w_r l_r`` and likewise for every accumulator.
+  """
+  m = functools.reduce(jnp.maximum, [run[0] for run in runs])
+  m = jnp.where(jnp.isfinite(m), m, 0)  # every run empty (no visible key block): weights 0, not NaN
+  weights = [jnp.exp(run[0] - m) for run in runs]
+  merged = [m]
+  for i in range(1, len(runs[0])):
+    parts = [w.reshape(w.shape + (1,) * (run[i].ndim - w.ndim)) * run[i]
+             for w, run in zip(weights, runs) if run[i] is not None]
+    merged.append(functools.reduce(jnp.add, parts) if parts else None)
+  return merged, weights
+
+
+# ----------------------------------------------------------------------------
+# The blocked forward and backward passes.
+
+
+def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bool, max_distance: int,
+               bias_fn: Optional[Callable], dropout_rate: float):
+  """The attention core as a ``jax.custom_vjp`` for one static configuration.
+
+  Arguments of the returned function (``[b, h, length, dim]`` layout, query
+  already scaled by 1/sqrt(d); lengths padded to multiples of the blocks):
+  ``q, k, v, key_table, value_table, bias_consts, key_valid [b, Lk] | None,
+  mask [b|1, h|1, Lq|1, Lk|1] | None, rel_offset, q_offset, rng``. The tables
+  and bias constants are differentiable; masks, offsets and the rng are not.
+
+  Key blocks start at multiples of ``block_k``. With Shaw terms each query
+  block visits them in three runs, each an independent online softmax merged
+  at the end: blocks wholly left of its band, whose only bucket is 0, blocks
+  crossing the band (the exact maps of :mod:`rpr.relative`), and blocks wholly
+  right (bucket 2k). In an edge run the a^K term is a per-row constant ``c_i``,
+  folded into the row shift of the exponent (``exp(s_ij - (m_i - c_i))``); the
+  a^V bucket sum is the run's share of the softmax mass; and in the backward
+  pass the a^V term folds into ``D_i`` and the run's a^K bucket gradient
+  ``sum_j ds_ij`` follows from the run's saved share of the output and of the
+  mass. So edge blocks cost what plain attention costs, and Shaw's extra
+  elementwise work is confined to the two or three blocks per query block
+  that the band crosses.
+  """
+  bq, bk = block_q, block_k
+  n_buckets = 2 * max_distance + 1
+  dropout = dropout_rate > 0
+  keep_scale = 1.0 / (1.0 - dropout_rate) if dropout else 1.0
+
+  def tiles(q_index, rel_offset, q_offset):
+    """``[(side, first, last)]``: key blocks ``first..last`` lie on ``side`` of this query block's band."""
+    q0 = q_index * bq
+    nk = _ceil_div(k_len, bk)
+    last = nk - 1
+    if causal:  # no key block wholly after the block's last query
+      last = jnp.clip((q_offset + q0 + bq - 1) // bk, 0, nk - 1)
+    if not shaw:
+      return [(None, 0, last)]
+    # Keys a..z hold the band |j - i - offset| < k of rows q0..q0+bq-1;
+    # blocks before a's block see only bucket 0, blocks after z's only 2k.
+    a = q0 + rel_offset - (max_distance - 1)
+    z = q0 + bq - 1 + rel_offset + (max_distance - 1)
+    band_first = jnp.clip(a // bk, 0, nk)
+    band_last = jnp.clip(z // bk, -1, nk - 1)
+    return [(LEFT, 0, jnp.minimum(band_first - 1, last)),
+            (BAND, band_first, jnp.minimum(band_last, last)),
+            (RIGHT, jnp.maximum(band_last + 1, band_first), last)]
+
+  def scores(qi, k, xk, q0, start, side, key_valid, mask, rel_offset, q_offset, bias):
+    """Masked ``s_ij`` of the key block at ``start``: ``[b, h, bq, bk]`` (edge runs: without their constant)."""
+    kj = jax.lax.dynamic_slice_in_dim(k, start, bk, axis=2)
+    s = jnp.einsum("bhqd,bhkd->bhqk", qi, kj)
+    if xk is not None and side == BAND:
+      s = s + rel._expand(xk, bk, max_distance, rel_offset + q0 - start).astype(s.dtype)
+    if bias is not None:
+      s = s + bias[None].astype(s.dtype)
+    k_pos = start + jnp.arange(bk, dtype=jnp.int32)
+    allowed = None
+    if key_valid is not None:
+      allowed = jax.lax.dynamic_slice_in_dim(key_valid, start, bk, axis=1)[:, None, None, :]
+    if causal:
+      q_pos = q_offset + q0 + jnp.arange(bq, dtype=jnp.int32)
+      allowed = _and(allowed, (k_pos[None, :] <= q_pos[:, None])[None, None])
+    if mask is not None:
+      m = mask
+      if m.shape[2] > 1:
+        m = jax.lax.dynamic_slice_in_dim(m, q0, bq, axis=2)
+      if m.shape[3] > 1:
+        m = jax.lax.dynamic_slice_in_dim(m, start, bk, axis=3)
+      allowed = _and(allowed, m)
+    if allowed is not None:
+      # The dense path's finite floor: a fully masked row stays finite.
+      s = jnp.where(allowed, s, jnp.finfo(s.dtype).min)
+    if k_len % bk:
+      # Block padding after the last key must not count even then.
+      s = jnp.where(k_pos < k_len, s, -jnp.inf)
+    return s
+
+  def block_bias(consts, q0, start, q_offset):
+    return bias_fn(q_offset + q0 + jnp.arange(bq, dtype=jnp.int32), start + jnp.arange(bk, dtype=jnp.int32), *consts)
+
+  def keep_mask(rng, q_index, start, shape):
+    key = jax.random.fold_in(jax.random.fold_in(rng, q_index), start)
+    return jax.random.bernoulli(key, 1.0 - dropout_rate, shape) * keep_scale
+
+  def forward(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng):
+    b, h, lq, _ = q.shape
+    dtype = q.dtype
+
+    def one_query_block(_, inputs):
+      qi, q_index = inputs
+      q0 = q_index * bq
+      xk = None if kt is None else _table_product(qi, kt)
+
+      def visit(carry, start, side):
+        # m: running max; l: softmax mass; ld: mass after dropout; acc: sum p v; acc_r: band buckets.
+        m, l, ld, acc, acc_r = carry
+        bias = None if bias_fn is None else block_bias(consts, q0, start, q_offset)
+        s = scores(qi, k, xk, q0, start, side, key_valid, mask, rel_offset, q_offset, bias)
+        c = _edge_column(xk, side)
+        row_max = s.max(-1) if c is None else s.max(-1) + c
+        m_new = jnp.maximum(m, row_max)
+        alpha = jnp.exp(m - m_new)
+        p = jnp.exp(s - (m_new if c is None else m_new - c)[..., None])
+        l = l * alpha + p.sum(-1)
+        if dropout:
+          p = p * keep_mask(rng, q_index, start, p.shape)
+          ld = ld * alpha + p.sum(-1)
+        vj = jax.lax.dynamic_slice_in_dim(v, start, bk, axis=2)
+        acc = acc * alpha[..., None] + jnp.einsum("bhqk,bhkd->bhqd", p, vj)
+        if side == BAND and acc_r is not None:
+          acc_r = acc_r * alpha[..., None] + rel._reduce(p, max_distance, rel_offset + q0 - start)
+        return m_new, l, ld, acc, acc_r
+
+      def run(side, first, last):
+        init = (jnp.full((b, h, bq), -jnp.inf, dtype), jnp.zeros((b, h, bq), dtype),
+                jnp.zeros((b, h, bq), dtype) if dropout else None, jnp.zeros((b, h, bq, v.shape[-1]), dtype),
+                jnp.zeros((b, h, bq, n_buckets), dtype) if side == BAND and vt is not None else None)
+        return jax.lax.fori_loop(first, last + 1, lambda t, c: visit(c, t * bk, side), init)
+
+      runs = [run(*tile) for tile in tiles(q_index, rel_offset, q_offset)]
+      (m, l, _, acc, acc_r), weights = _merge(runs)
+      l = jnp.where(l > 0, l, 1)  # a row that saw no key block outputs zeros
+      extra = {}
+      if shaw:
+        (left, _, right), (w_left, _, w_right) = runs, weights
+
+        def share(run, w, i):  # an edge run's part of the normalised mass (i = 1, 2) or output (i = 3)
+          if run[i] is None:
+            return None
+          return run[i] * (w / l).reshape(w.shape + (1,) * (run[i].ndim - w.ndim))
+
+        mass_left, mass_right = share(left, w_left, 1), share(right, w_right, 1)
+        drop_left = share(left, w_left, 2) if dropout else mass_left
+        drop_right = share(right, w_right, 2) if dropout else mass_right
+        if vt is not None:
+          # reduce(P) (after dropout): the band run's buckets plus the edge runs' masses.
+          buckets = (acc_r / l[..., None]).at[..., 0].add(drop_left).at[..., -1].add(drop_right)
+          extra["buckets"] = buckets
+          acc = acc + _bucket_product(buckets * l[..., None], vt)
+        if kt is not None:
+          extra["edges"] = (share(left, w_left, 3), mass_left, drop_left,
+                            share(right, w_right, 3), mass_right, drop_right)
+      return None, (acc / l[..., None], m + jnp.log(l), extra)
+
+    _, (out, lse, extra) = jax.lax.scan(one_query_block, None, (_blocks(q, bq, 2), jnp.arange(lq // bq, dtype=jnp.int32)))
+    return out, lse, extra  # [nq, b, h, bq, dv], [nq, b, h, bq], per-block Shaw statistics
+
+  @jax.custom_vjp
+  def core(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng):
+    out, _, _ = forward(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng)
+    return _unblocks(out, 2)
+
+  def core_fwd(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng):
+    out, lse, extra = forward(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng)
+    residuals = (q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng, out, lse, extra)
+    return _unblocks(out, 2), residuals
+
+  def core_bwd(residuals, g):
+    q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng, out, lse, extra = residuals
+    gb = _blocks(g.astype(q.dtype), bq, 2)
+    delta = jnp.sum(gb * out, axis=-1)  # D_i = g_i . z_i = sum_j p_ij dp_ij  [nq, b, h, bq]
+
+    def one_query_block(carry, inputs):
+      dk, dv, dkt, dvt, dconsts = carry
+      qi, gi, lse_i, delta_i, extra_i, q_index = inputs
+      q0 = q_index * bq
+      xk = None if kt is None else _table_product(qi, kt)
+      gw = None if vt is None else _table_product(gi, vt)
+
+      def visit(carry, start, side):
+        dq, dbuckets, dk, dv, dconsts = carry
+        bias = None
+        if bias_fn is not None:
+          bias, bias_vjp = jax.vjp(lambda *c: block_bias(c, q0, start, q_offset), *consts)
+        s = scores(qi, k, xk, q0, start, side, key_valid, mask, rel_offset, q_offset, bias)
+        c, e = _edge_column(xk, side), _edge_column(gw, side)
+        p = jnp.exp(s - (lse_i if c is None else lse_i - c)[..., None])
+        vj = jax.lax.dynamic_slice_in_dim(v, start, bk, axis=2)
+        dp = jnp.einsum("bhqd,bhkd->bhqk", gi, vj)
+        offset = rel_offset + q0 - start
+        if gw is not None and side == BAND:
+          dp = dp + rel._expand(gw, bk, max_distance, offset).astype(dp.dtype)
+        p_drop = p
+        if dropout:
+          keep = keep_mask(rng, q_index, start, p.shape)
+          dp = (dp if e is None else dp + e[..., None]) * keep
+          p_drop = p * keep
+          ds = p * (dp - delta_i[..., None])
+        else:  # an edge run's a^V constant folds into D_i
+          ds = p * (dp - (delta_i if e is None else delta_i - e)[..., None])
+        kj = jax.lax.dynamic_slice_in_dim(k, start, bk, axis=2)
+        dq = dq + jnp.einsum("bhqk,bhkd->bhqd", ds, kj)
+        if dbuckets is not None and side == BAND:
+          dbuckets = dbuckets + rel._reduce(ds, max_distance, offset)
+        dk = jax.lax.dynamic_update_slice_in_dim(
+            dk, jax.lax.dynamic_slice_in_dim(dk, start, bk, axis=2) + jnp.einsum("bhqk,bhqd->bhkd", ds, qi), start,
+            axis=2)
+        dv = jax.lax.dynamic_update_slice_in_dim(
+            dv, jax.lax.dynamic_slice_in_dim(dv, start, bk, axis=2) + jnp.einsum("bhqk,bhqd->bhkd", p_drop, gi), start,
+            axis=2)
+        if bias_fn is not None:
+          ct = ds.sum(0)
+          if bias.shape[0] == 1:
+            ct = ct.sum(0, keepdims=True)
+          dconsts = jax.tree.map(jnp.add, dconsts, bias_vjp(ct.astype(bias.dtype)))
+        return dq, dbuckets, dk, dv, dconsts
+
+      dbuckets = None if kt is None else jnp.zeros(xk.shape, q.dtype)
+      carry = (jnp.zeros_like(qi), dbuckets, dk, dv, dconsts)
+      for side, first, last in tiles(q_index, rel_offset, q_offset):
+        carry = jax.lax.fori_loop(first, last + 1, lambda t, c, side=side: visit(c, t * bk, side), carry)
+      dq, dbuckets, dk, dv, dconsts = carry
+      if kt is not None:
+        # sum_j ds_ij over an edge run = g_i . z_run + e_i mass_dropped - D_i mass.
+        out_left, mass_left, drop_left, out_right, mass_right, drop_right = extra_i["edges"]
+        e_left = 0 if gw is None else gw[..., 0]
+        e_right = 0 if gw is None else gw[..., -1]
+        grad_left = jnp.sum(gi * out_left, -1) + e_left * drop_left - delta_i * mass_left
+        grad_right = jnp.sum(gi * out_right, -1) + e_right * drop_right - delta_i * mass_right
+        dbuckets = dbuckets.at[..., 0].add(grad_left).at[..., -1].add(grad_right)
+        dq = dq + _bucket_product(dbuckets, kt)
+        dkt = dkt + _table_grad(dbuckets, qi, kt.ndim == 2)
+      if vt is not None:
+        dvt = dvt + _table_grad(extra_i["buckets"], gi, vt.ndim == 2)
+      return (dk, dv, dkt, dvt, dconsts), dq
+
+    zeros = lambda x: None if x is None else jnp.zeros_like(x)
+    init = (jnp.zeros_like(k), jnp.zeros_like(v), zeros(kt), zeros(vt), jax.tree.map(jnp.zeros_like, consts))
+    xs = (_blocks(q, bq, 2), gb, lse, delta, extra, jnp.arange(q.shape[2] // bq, dtype=jnp.int32))
+    (dk, dv, dkt, dvt, dconsts), dq = jax.lax.scan(one_query_block, init, xs)
+    return _unblocks(dq, 2), dk, dv, dkt, dvt, dconsts, None, None, None, None, None
+
+  core.defvjp(core_fwd, core_bwd)
+  return core
+
+
+def _and(a: Optional[Array], b: Array) -> Array:
+  return b if a is None else a & b
+
+
+# ----------------------------------------------------------------------------
+# Public entry point.
+
+
+def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optional[Relative] = None,
+                      bias_fn: Optional[Callable[[Array, Array], Array]] = None,
+                      key_valid: Optional[Array] = None, causal: bool = False, q_offset=0,
+                      mask: Optional[Array] = None, dropout_rate: float = 0.0,
+                      dropout_rng: Optional[Array] = None, block_q: int = 128, block_k: int = 128) -> Array:
+  """Scaled dot-product attention in linear memory, with any position scheme.
+
+  Computes what :func:`rpr.attention.dot_product_attention` computes,
+  ``e_ij = q_i (k_j + a^K_ij)^T / sqrt(d) + bias_ij``,
+  ``z_i = sum_j alpha_ij (v_j + a^V_ij)``, and has the same gradients, but in
+  blocks of ``block_q`` queries by ``block_k`` keys: memory grows linearly in
+  the lengths.
+
+  Args:
+    query: ``[batch, q_length, heads, head_dim]``.
+    key, value: ``[batch, k_length, heads, head_dim]``.
+    relative: Shaw terms with clipped distances (``ids`` are not supported
+      here); its ``offset`` is the position of query 0.
+    bias_fn: ``(q_positions [q], k_positions [k]) -> [heads | 1, q, k]``
+      additive logits bias (T5, ALiBi: :attr:`rpr.positions.Terms.bias_fn`),
+      evaluated per block at query positions ``q_offset + i``.
+    key_valid: ``[batch, k_length]`` booleans, False for padding keys.
+    causal: query ``i`` (at ``q_offset + i``) sees keys ``j <= q_offset + i``.
+    q_offset: position of query 0 for ``causal`` and ``bias_fn``.
+    mask: optional dense boolean mask broadcastable to ``[batch, heads,
+      q_length, k_length]``, sliced per block (O(q k) bytes itself; prefer
+      ``key_valid`` and ``causal``).
+    dropout_rate, dropout_rng: dropout on the attention weights; each block's
+      keep-mask is drawn from ``fold_in(dropout_rng, block)`` and redrawn in
+      the backward pass (different draws from the dense path's).
+    block_q, block_k: block sizes (clipped to the lengths).
+
+  Returns:
+    ``[batch, q_length, heads, head_dim]`` in ``value``'s dtype.
+  """
+  check_qkv(query, key, value)
+  b, q_len, h, d = query.shape
+  k_len = key.shape[1]
+  check_mask(mask, (b, h, q_len, k_len))
+  for name, size in (("block_q", block_q), ("block_k", block_k)):
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+      raise ValueError(f"{name} must be an int >= 1, got {size!r}")
+  if key_valid is not None and tuple(key_valid.shape) != (b, k_len):
+    raise ValueError(f"key_valid has shape {tuple(key_valid.shape)}; allowed: [batch, k_length] = {(b, k_len)}")
+  if not 0.0 <= dropout_rate < 1.0:
+    raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate}")
+  if dropout_rate > 0 and dropout_rng is None:
+    raise ValueError("dropout_rate > 0 needs a dropout_rng")
+  kt = vt = None
+  max_distance = 0
+  rel_offset = jnp.zeros((), jnp.int32)
+  if relative is not None:
+    if relative.ids is not None:
+      raise ValueError("chunked_attention supports clipped relative distances only; explicit relation ids "
+                       "(Relative.ids) need implementation='dense'")
+    relative.check(h, d)
+    max_distance = rel.check_max_distance(relative.max_distance)
+    kt, vt = relative.key_table, relative.value_table
+    rel_offset = jnp.asarray(relative.offset, jnp.int32)
+
+  dtype = jnp.promote_types(query.dtype, jnp.float32)
+  bq = min(block_q, q_len)
+  lq = _ceil_div(q_len, bq) * bq
+  bk = min(block_k, k_len)
+  lk = _ceil_div(k_len, bk) * bk
+
+  def layout(x, length):  # [b, n, h, d] -> [b, h, length, d] (zero padded) in the compute dtype
+    x = jnp.swapaxes(x, 1, 2).astype(dtype)
+    return jnp.pad(x, [(0, 0), (0, 0), (0, length - x.shape[2]), (0, 0)])
+
+  q = layout(query / jnp.sqrt(jnp.asarray(d, query.dtype)), lq)
+  k, v = layout(key, lk), layout(value, lk)
+  kt = None if kt is None else kt.astype(dtype)
+  vt = None if vt is None else vt.astype(dtype)
+  if key_valid is not None:
+    key_valid = jnp.pad(key_valid.astype(bool), [(0, 0), (0, lk - k_len)])
+  if mask is not None:
+    mask = mask.astype(bool)
+    if mask.shape[2] > 1:
+      mask = jnp.pad(mask, [(0, 0), (0, 0), (0, lq - q_len), (0, 0)])
+    if mask.shape[3] > 1:
+      mask = jnp.pad(mask, [(0, 0), (0, 0), (0, 0), (0, lk - k_len)])
+  consts = ()
+  if bias_fn is not None:
+    # Hoist the traced values bias_fn closes over (T5's table) into explicit,
+    # differentiable arguments of the custom VJP.
+    bias_fn, consts = jax.closure_convert(bias_fn, jnp.zeros((bq,), jnp.int32), jnp.zeros((bk,), jnp.int32))
+    consts = tuple(consts)
+  rng = dropout_rng if dropout_rate > 0 else jax.random.PRNGKey(0)
+  core = _make_core(block_q=bq, block_k=bk, k_len=k_len, causal=causal, shaw=relative is not None,
+                    max_distance=max_distance, bias_fn=bias_fn, dropout_rate=float(dropout_rate))
+  out = core(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, jnp.asarray(q_offset, jnp.int32), rng)
+  return jnp.swapaxes(out[:, :, :q_len], 1, 2).astype(value.dtype)

@@ -1,0 +1,263 @@
+"""rpr.chunked: the linear-memory path equals dot_product_attention, values and gradients, for every scheme.
+
+Blocks are chosen small and not dividing the lengths (block_q=3, block_k=4 on
+lengths 7..11), so every case crosses block boundaries, pads, and (with Shaw
+terms) has key blocks left of, across and right of the band.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rpr import attention as attn
+from rpr import positions
+from rpr.chunked import chunked_attention
+
+BLOCKS = dict(block_q=3, block_k=4)
+
+
+def qkv(rng, b=2, nq=7, nk=9, h=3, d=4):
+  return tuple(jnp.asarray(rng.normal(size=(b, n, h, d))) for n in (nq, nk, nk))
+
+
+def tables(rng, k, h=3, d=4, shared=False):
+  shape = (2 * k + 1, d) if shared else (h, 2 * k + 1, d)
+  return jnp.asarray(rng.normal(size=shape)), jnp.asarray(rng.normal(size=shape))
+
+
+def dense_mask(b, nq, nk, key_valid=None, causal=False, q_offset=0):
+  mask = None
+  if key_valid is not None:
+    mask = attn.padding_mask(None, key_valid)
+  if causal:
+    mask = attn.combine_masks(mask, attn.causal_mask(nq, nk, q_offset))
+  return mask
+
+
+def visible_rows(mask, b, h, nq):
+  """[b, nq, h, 1] weights zeroing rows without a visible key (unspecified in the chunked path)."""
+  if mask is None:
+    return jnp.ones((b, nq, h, 1))
+  vis = jnp.broadcast_to(mask, (b, h, nq, mask.shape[-1])).any(-1)
+  return jnp.transpose(vis, (0, 2, 1))[..., None].astype(jnp.float64)
+
+
+def compare(dense_fn, chunked_fn, args, cotangent, rtol=1e-10, atol=1e-10):
+  """Outputs and gradients (w.r.t. every argument) of the two functions agree on the visible rows."""
+  def both(*args):
+    outs = []
+    for f in (dense_fn, chunked_fn):
+      out, vjp = jax.vjp(f, *args)
+      outs.append((out * (cotangent != 0), vjp(cotangent)))
+    return outs
+
+  (o1, g1), (o2, g2) = jax.jit(both)(*args)
+  np.testing.assert_allclose(np.asarray(o2), np.asarray(o1), rtol=rtol, atol=atol)
+  for a, b_ in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(np.asarray(b_), np.asarray(a), rtol=rtol, atol=atol)
+
+
+# ----------------------------------------------------------------------------
+# Shaw.
+
+
+SHAW_CASES = ([(k, "kv", offset) for k in (0, 1, 3, 20) for offset in (0, 4, -3)]
+              + [(3, terms, offset) for terms in ("k", "v") for offset in (4, -3)])
+
+
+@pytest.mark.parametrize("k,terms,offset", SHAW_CASES)
+def test_shaw_matches_dense(x64, rng, k, terms, offset):
+  q, kk, v = qkv(rng)
+  kt, vt = tables(rng, k)
+  g = jnp.asarray(rng.normal(size=q.shape))
+
+  def relative(kt, vt):
+    return attn.Relative(k, kt if "k" in terms else None, vt if "v" in terms else None, offset=offset)
+
+  dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=relative(kt, vt))
+  chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=relative(kt, vt), **BLOCKS)
+  compare(dense, chunked, (q, kk, v, kt, vt), g)
+
+
+@pytest.mark.parametrize("causal,padded,shared", [(True, False, False), (False, True, True), (True, True, False)])
+@pytest.mark.parametrize("q_offset", [0, 2])
+def test_shaw_with_masks_matches_dense(x64, rng, causal, padded, shared, q_offset):
+  b, nq, nk, h = 2, 7, 11, 3
+  q, kk, v = qkv(rng, b, nq, nk, h)
+  kt, vt = tables(rng, 2, h, shared=shared)
+  key_valid = jnp.asarray(np.arange(nk)[None, :] < np.array([[nk], [6]])) if padded else None
+  mask = dense_mask(b, nq, nk, key_valid, causal, q_offset)
+  g = jnp.asarray(rng.normal(size=q.shape)) * visible_rows(mask, b, h, nq)
+  rel = lambda kt, vt: attn.Relative(2, kt, vt, offset=q_offset)
+  dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
+  chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), key_valid=key_valid,
+                                                       causal=causal, q_offset=q_offset, **BLOCKS)
+  compare(dense, chunked, (q, kk, v, kt, vt), g)
+
+
+def test_dense_mask_argument_matches_dense(x64, rng):
+  b, nq, nk, h = 2, 7, 9, 3
+  q, kk, v = qkv(rng, b, nq, nk, h)
+  mask = jnp.asarray(rng.random((b, 1, nq, nk)) < 0.7).at[..., 0].set(True)
+  kt, vt = tables(rng, 2, h)
+  g = jnp.asarray(rng.normal(size=q.shape))
+  rel = lambda kt, vt: attn.Relative(2, kt, vt)
+  dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
+  chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), mask=mask, **BLOCKS)
+  compare(dense, chunked, (q, kk, v, kt, vt), g)
+
+
+@pytest.mark.parametrize("block_q,block_k", [(1, 1), (2, 16), (16, 2), (7, 9)])
+def test_block_sizes_do_not_change_the_result(x64, rng, block_q, block_k):
+  q, kk, v = qkv(rng)
+  kt, vt = tables(rng, 2)
+  g = jnp.asarray(rng.normal(size=q.shape))
+  rel = lambda kt, vt: attn.Relative(2, kt, vt, offset=1)
+  dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt))
+  chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), block_q=block_q,
+                                                       block_k=block_k)
+  compare(dense, chunked, (q, kk, v, kt, vt), g)
+
+
+def test_decoder_step_with_traced_offset(x64, rng):
+  # One query at a traced position t over a cache of 9 keys, as in cached decoding.
+  q, kk, v = qkv(rng, nq=1)
+  kt, vt = tables(rng, 2)
+
+  @jax.jit
+  def both(t):
+    rel = attn.Relative(2, kt, vt, offset=t)
+    mask = attn.causal_mask(1, 9, t)
+    return (attn.dot_product_attention(q, kk, v, relative=rel, mask=mask),
+            chunked_attention(q, kk, v, relative=rel, causal=True, q_offset=t, **BLOCKS))
+
+  for t in (0, 4, 8):
+    dense, chunked = both(jnp.int32(t))
+    np.testing.assert_allclose(np.asarray(chunked), np.asarray(dense), rtol=1e-10, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------
+# The other schemes: plain, T5 and ALiBi biases, RoPE.
+
+
+def test_plain_matches_dense(x64, rng):
+  q, kk, v = qkv(rng)
+  g = jnp.asarray(rng.normal(size=q.shape))
+  compare(lambda q, kk, v: attn.dot_product_attention(q, kk, v),
+          lambda q, kk, v: chunked_attention(q, kk, v, **BLOCKS), (q, kk, v), g)
+
+
+@pytest.mark.parametrize("scheme,config", [
+    ("t5", positions.PositionConfig(num_buckets=8, bucket_max_distance=16)),
+    ("t5", positions.PositionConfig(num_buckets=8, bucket_max_distance=16, causal=True)),
+    ("alibi", positions.PositionConfig(alibi_directional=True)),
+    ("rope", positions.PositionConfig()),
+])
+def test_bias_and_rotary_schemes_match_dense_with_parameter_gradients(x64, rng, scheme, config):
+  b, nq, nk, h, d = 2, 7, 9, 3, 4
+  q, kk, v = qkv(rng, b, nq, nk, h, d)
+  q_offset = 2
+  module = positions.make(scheme, h, d, config)
+  params = module.init(jax.random.PRNGKey(0), q, kk, q_offset, method=module.attend)
+  params = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape)), params)  # not all zeros
+  causal = config.causal
+  mask = dense_mask(b, nq, nk, causal=causal, q_offset=q_offset)
+  g = jnp.asarray(rng.normal(size=q.shape)) * visible_rows(mask, b, h, nq)
+
+  def run(implementation):
+    def f(params, q, kk, v):
+      def body(mdl, q, kk, v):
+        terms = mdl.attend(q, kk, q_offset)
+        if implementation == "dense":
+          return attn.dot_product_attention(terms.query, terms.key, v, bias=terms.bias(nq, nk, q_offset), mask=mask)
+        return chunked_attention(terms.query, terms.key, v, bias_fn=terms.bias_fn, causal=causal, q_offset=q_offset,
+                                 **BLOCKS)
+      return module.apply(params, q, kk, v, method=body)
+    return f
+
+  compare(run("dense"), run("chunked"), (params, q, kk, v), g)
+
+
+# ----------------------------------------------------------------------------
+# Dropout, dtypes, memory, errors.
+
+
+def test_dropout_is_deterministic_per_rng_and_its_gradient_matches_finite_differences(x64, rng):
+  q, kk, v = qkv(rng, b=1, nq=5, nk=6, h=2, d=3)
+  kt, vt = tables(rng, 1, h=2, d=3)
+  rel = attn.Relative(1, kt, vt)
+  g = jnp.asarray(rng.normal(size=q.shape))
+  f = jax.jit(lambda q, key: jnp.sum(g * chunked_attention(q, kk, v, relative=rel, dropout_rate=0.4,
+                                                           dropout_rng=key, **BLOCKS)))
+  key = jax.random.PRNGKey(3)
+  assert float(f(q, key)) == float(f(q, key))
+  assert float(f(q, key)) != float(f(q, jax.random.PRNGKey(4)))
+  no_dropout = jnp.sum(g * chunked_attention(q, kk, v, relative=rel, **BLOCKS))
+  assert float(f(q, key)) != pytest.approx(float(no_dropout))
+  # The keep-mask is a fixed function of the rng, so f(., key) is smooth: the
+  # custom backward pass must agree with central differences.
+  direction = jnp.asarray(rng.normal(size=q.shape))
+  eps = 1e-6
+  numeric = (f(q + eps * direction, key) - f(q - eps * direction, key)) / (2 * eps)
+  analytic = jnp.sum(jax.grad(f)(q, key) * direction)
+  np.testing.assert_allclose(float(analytic), float(numeric), rtol=1e-6)
+
+
+def test_float32_and_bfloat16_inputs(rng):
+  q, kk, v = (x.astype(jnp.float32) for x in qkv(rng))
+  kt, vt = (t.astype(jnp.float32) for t in tables(rng, 2))
+  dense = jax.jit(lambda *a: attn.dot_product_attention(*a[:3], relative=attn.Relative(2, *a[3:])))(q, kk, v, kt, vt)
+  chunked = jax.jit(lambda *a: chunked_attention(*a[:3], relative=attn.Relative(2, *a[3:]), **BLOCKS))
+  out32 = chunked(q, kk, v, kt, vt)
+  assert out32.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(out32), np.asarray(dense), rtol=1e-5, atol=1e-5)
+  bf = lambda x: x.astype(jnp.bfloat16)
+  out16 = chunked(bf(q), bf(kk), bf(v), bf(kt), bf(vt))
+  assert out16.dtype == jnp.bfloat16
+  np.testing.assert_allclose(np.asarray(out16, np.float32), np.asarray(dense), rtol=0.05, atol=0.05)
+
+
+def test_rows_without_a_visible_key_are_finite(rng):
+  # Causal with a negative offset: the first queries precede every key.
+  q, kk, v = (x.astype(jnp.float32) for x in qkv(rng))
+  kt, vt = (t.astype(jnp.float32) for t in tables(rng, 2))
+  f = lambda q: jnp.sum(chunked_attention(q, kk, v, relative=attn.Relative(2, kt, vt, offset=-5), causal=True,
+                                          q_offset=-5, **BLOCKS))
+  value, grad = jax.jit(jax.value_and_grad(f))(q)
+  assert np.isfinite(float(value))
+  assert np.all(np.isfinite(np.asarray(grad)))
+
+
+def test_memory_grows_linearly_with_length():
+  # Compiled scratch memory of forward + backward at L and 4L: dense attention
+  # grows 16x, the chunked path about 4x (one block's scratch is constant).
+  def temp_bytes(length):
+    x = jnp.zeros((1, length, 2, 16))
+    table = jnp.zeros((2, 2 * 16 + 1, 16))
+
+    def loss(x, table):
+      rel = attn.Relative(16, table, table)
+      return jnp.sum(chunked_attention(x, x, x, relative=rel, block_q=64, block_k=64))
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, table).compile().memory_analysis().temp_size_in_bytes
+
+  ratio = temp_bytes(2048) / temp_bytes(512)
+  assert ratio < 5, ratio
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(relative=attn.Relative(1, ids=jnp.zeros((7, 9), jnp.int32), key_table=jnp.zeros((3, 4)))), "ids"),
+    (dict(block_q=0), "block_q"),
+    (dict(block_k=2.5), "block_k"),
+    (dict(key_valid=jnp.ones((2, 7), bool)), "key_valid"),
+    (dict(dropout_rate=0.1), "dropout_rng"),
+    (dict(dropout_rate=1.0, dropout_rng=jax.random.PRNGKey(0)), "dropout_rate"),
+    (dict(mask=jnp.ones((2, 3, 9, 9), bool)), "mask"),
+])
+def test_bad_arguments_raise(rng, kw, match):
+  q, kk, v = qkv(rng)
+  with pytest.raises(ValueError, match=match):
+    chunked_attention(q, kk, v, **kw)
