@@ -10,11 +10,13 @@ import jax
 import jax.numpy as jnp
 
 from rpr import attention as attn
+from rpr import chunked as chunked_lib
 from rpr import positions
 
 Array = jax.Array
 
 KINDS = ("dot", "additive", "local")
+IMPLEMENTATIONS = ("dense", "chunked")
 
 
 class MultiHeadAttention(nn.Module):
@@ -32,6 +34,11 @@ class MultiHeadAttention(nn.Module):
     causal: mask keys after the query (decoder self-attention).
     decode: one query token per call, keys and values cached in the ``cache``
       collection; initialise with a full-length input to size the cache.
+    implementation: ``dense`` materialises the ``[batch, heads, q, k]``
+      weights (and sows them); ``chunked`` (kind ``dot`` only) runs
+      :func:`rpr.chunked.chunked_attention`, whose memory is linear in the
+      lengths (apart from a dense ``mask`` argument, which it slices per
+      block) and which sows no weights. Decode steps (one query) stay dense.
   """
 
   num_heads: int
@@ -48,6 +55,7 @@ class MultiHeadAttention(nn.Module):
   use_bias: bool = False
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  implementation: str = "dense"
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Optional[Array] = None, *, mask: Optional[Array] = None,
@@ -64,6 +72,11 @@ class MultiHeadAttention(nn.Module):
       raise ValueError(f"unknown attention kind {self.kind!r}; allowed: {list(KINDS)}")
     if self.kind == "local" and self.window < 1:
       raise ValueError(f"kind='local' needs window >= 1, got {self.window}")
+    if self.implementation not in IMPLEMENTATIONS:
+      raise ValueError(f"unknown implementation {self.implementation!r}; allowed: {list(IMPLEMENTATIONS)}")
+    if self.implementation == "chunked" and self.kind != "dot":
+      raise ValueError(f"implementation='chunked' supports kind='dot' only, got kind={self.kind!r}")
+    chunked = self.implementation == "chunked" and not self.decode
     self_attention = inputs_kv is None
     inputs_kv = inputs_q if self_attention else inputs_kv
     features = inputs_q.shape[-1]
@@ -76,7 +89,7 @@ class MultiHeadAttention(nn.Module):
 
     if self.decode:
       key, value, mask, q_offset = self._update_cache(key, value, mask)
-    elif self.causal:
+    elif self.causal and not chunked:  # the chunked path masks causally per block
       mask = attn.combine_masks(mask, attn.causal_mask(query.shape[1], key.shape[1], q_offset))
 
     scheme = self.scheme
@@ -85,7 +98,7 @@ class MultiHeadAttention(nn.Module):
       scheme = positions.make(self.position, self.num_heads, head_dim, config, name="position")
     terms = scheme.attend(query, key, q_offset)
     q_len, k_len = query.shape[1], key.shape[1]
-    bias = terms.bias(q_len, k_len, q_offset)
+    bias = None if chunked else terms.bias(q_len, k_len, q_offset)
     if self.kind == "local":
       mask = attn.combine_masks(mask, attn.window_mask(q_len, k_len, self.window, q_offset, self.causal))
     dropout_rng = None
@@ -93,7 +106,12 @@ class MultiHeadAttention(nn.Module):
     if rate > 0:
       dropout_rng = self.make_rng("dropout")
 
-    if self.kind == "additive":
+    weights = None
+    if chunked:
+      out = chunked_lib.chunked_attention(terms.query, terms.key, value, relative=terms.relative,
+                                          bias_fn=terms.bias_fn, mask=mask, causal=self.causal, q_offset=q_offset,
+                                          dropout_rate=rate, dropout_rng=dropout_rng)
+    elif self.kind == "additive":
       if terms.relative is not None:
         raise ValueError(f"position {self.position!r} adds Shaw relative terms, which kind='additive' does not "
                          "support; use kind='dot' or 'local'")
@@ -105,7 +123,8 @@ class MultiHeadAttention(nn.Module):
       out, weights = attn.dot_product_attention(terms.query, terms.key, value, mask=mask, bias=bias,
                                                 relative=terms.relative, dropout_rate=rate,
                                                 dropout_rng=dropout_rng, return_weights=True)
-    self.sow("intermediates", "attention_weights", weights)
+    if weights is not None:
+      self.sow("intermediates", "attention_weights", weights)
     return nn.DenseGeneral(self.out_features or features, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype,
                            param_dtype=self.param_dtype, name="out")(out)
 

@@ -15,6 +15,7 @@ import pytest
 from rpr import attention as attn
 from rpr import positions
 from rpr.chunked import chunked_attention
+from rpr.layers import MultiHeadAttention
 
 BLOCKS = dict(block_q=3, block_k=4)
 
@@ -261,3 +262,42 @@ def test_bad_arguments_raise(rng, kw, match):
   q, kk, v = qkv(rng)
   with pytest.raises(ValueError, match=match):
     chunked_attention(q, kk, v, **kw)
+
+
+# ----------------------------------------------------------------------------
+# The layer: implementation="chunked" is a drop-in for "dense" with the same parameters.
+
+
+@pytest.mark.parametrize("position", sorted(positions.SCHEMES))
+@pytest.mark.parametrize("causal", [False, True])
+def test_layer_chunked_equals_dense_for_every_scheme(rng, position, causal):
+  config = positions.PositionConfig(max_length=16, max_distance=2, num_buckets=8, bucket_max_distance=16)
+  make = lambda implementation: MultiHeadAttention(num_heads=2, position=position, position_config=config,
+                                                   causal=causal, implementation=implementation)
+  x = jnp.asarray(rng.normal(size=(2, 11, 8)), jnp.float32)
+  valid = jnp.asarray(np.arange(11)[None, :] < np.array([[11], [7]]))
+  mask = attn.padding_mask(None, valid)  # [b, 1, 1, k]: sliced along keys only
+  params = make("dense").init(jax.random.PRNGKey(0), x, mask=mask)
+  params = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape) * 0.5, p.dtype), params)
+  weights = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+
+  @jax.jit
+  def run(params):
+    outs = []
+    for implementation in ("dense", "chunked"):
+      loss = lambda p: jnp.sum(make(implementation).apply(p, x, mask=mask) * weights)
+      outs.append(jax.value_and_grad(loss)(params))
+    return outs
+
+  (v1, g1), (v2, g2) = run(params)
+  np.testing.assert_allclose(float(v2), float(v1), rtol=1e-4)
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-3, atol=2e-4)
+
+
+def test_layer_rejects_bad_implementation():
+  x = jnp.zeros((1, 3, 4))
+  with pytest.raises(ValueError, match="implementation"):
+    MultiHeadAttention(num_heads=2, implementation="flash").init(jax.random.PRNGKey(0), x)
+  with pytest.raises(ValueError, match="kind='dot' only"):
+    MultiHeadAttention(num_heads=2, kind="additive", implementation="chunked").init(jax.random.PRNGKey(0), x)
