@@ -286,7 +286,7 @@ def length_plot(rows: Sequence[dict], path: str, title: Optional[str] = None) ->
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, ax = plt.subplots(figsize=(7.2, 4.4))
+  fig, ax = plt.subplots(figsize=(8.4, 4.4))
   for r in rows:
     n = sorted(r["lengths"])
     mean = [r["lengths"][i]["mean"] for i in n]
@@ -300,7 +300,7 @@ def length_plot(rows: Sequence[dict], path: str, title: Optional[str] = None) ->
   ax.set_xlabel("input length (digits)")
   ax.set_ylabel("exact match (mean; band: min-max over runs)")
   ax.set_ylim(-0.02, 1.08)
-  ax.legend(fontsize=8, loc="lower left")
+  ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
   ax.set_title(title or "exact match against length")
   fig.tight_layout()
   fig.savefig(path, dpi=120, metadata={"Software": None})
