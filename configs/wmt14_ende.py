@@ -173,6 +173,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   # Model: the preset, relative (Shaw) or absolute (sinusoidal) positions.
   c.preset = model
   c.position = "shaw" if pe == "relative" else "sinusoidal"
+  c.cross_position = "none"  # encoder-decoder attention stays plain (Shaw et al.)
   # d_model, num_heads, d_ff, the layer counts, dropout_rate and max_distance stay None: the preset's
   # (base: k = 16, big: k = 8 and tables shared across heads).
   c.model_max_length = 512  # decode cache bound: eval sentences are never filtered by length
@@ -185,6 +186,8 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
 
   # Optimisation (Vaswani et al. / Shaw et al.).
   c.optimizer = "adam"
+  c.adam_b1, c.adam_b2, c.adam_eps = 0.9, 0.98, 1e-9
+  c.grad_clip_norm = None  # no clipping
   c.schedule = "vaswani"  # lr = d_model^-0.5 min(s^-0.5, s warmup^-1.5)
   c.learning_rate = 1.0  # eq. 3's multiplier
   c.warmup_steps = 4_000
