@@ -1,14 +1,16 @@
-"""Default experiment: reverse digit strings with Shaw relative positions, on a CPU.
+"""Base experiment: reverse digit strings with Shaw relative positions, on a CPU.
 
-Command (from the repository root; no flags needed)::
+Other configs (tiny, length, wmt14_ende) start from this one. ``python run.py``
+without flags runs ``configs/arithmetic.py:quick`` instead (see run.py).
 
-  .venv/bin/python run.py
-  # same as: .venv/bin/python run.py --config=configs/default.py --workdir=workdirs/default
+Command (from the repository root)::
+
+  .venv/bin/python run.py --config=configs/default.py --workdir=workdirs/reverse
 
 Expected result (measured on 2 shared CPU cores): 2,000 steps in 2.5-4 minutes;
 at the end ``valid/exact_match`` (1-12 digits, greedy decoding) about 0.99
 and ``long/exact_match`` (13-16 digits, lengths never trained on) about 0.8
-(0.81 in our run). Re-running resumes from ``workdirs/default/checkpoints``.
+(0.81 in our run). Re-running resumes from ``workdirs/reverse/checkpoints``.
 
 Variant ``configs/default.py:sinusoidal`` trains the absolute baseline
 (``position = "sinusoidal"``), everything else equal::

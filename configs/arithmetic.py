@@ -1,0 +1,108 @@
+"""Arithmetic (seed 002): which position schemes let a Transformer tell "12+1" from "21+1"?
+
+The data set is every ``i+j`` and ``i-j`` with ``i, j`` in ``[0, 1000)``
+(2,000,000 examples; 10,000 held out as ``test``), character level: the
+encoder reads ``"21+211"``, the decoder writes ``"232"``. It is generated
+as a TFDS data set into ``data_dir`` on first use (~1-2 minutes, ~210 MB).
+
+Command (from the repository root), one run per position scheme::
+
+  .venv/bin/python run.py --config=configs/arithmetic.py:pe=sinusoidal --workdir=workdirs/arith_sinusoidal
+  .venv/bin/python run.py --config=configs/arithmetic.py:pe=none --workdir=workdirs/arith_none
+  .venv/bin/python run.py --config=configs/arithmetic.py:pe=shaw,k=16 --workdir=workdirs/arith_shaw
+  .venv/bin/python run.py --config=configs/arithmetic.py:pe=alibi,directional=1 --workdir=workdirs/arith_alibi_dir
+
+Variant keys (comma separated): ``pe`` = none, sinusoidal, learned, shaw, t5,
+rope or alibi (default sinusoidal); ``k`` = Shaw's clipping distance;
+``directional`` = 0/1 for ALiBi; ``seed``; ``config`` = the data set's
+builder config (e.g. ``n300_addsub``). The whole comparison (every scheme,
+3 seeds, report and attention maps) is ``python -m experiments.arithmetic``.
+
+Expected result (measured on 2 shared CPU cores; see
+experiments/results/arithmetic/report.md): RESULT_PLACEHOLDER
+"""
+
+import ml_collections
+from ml_collections import config_dict
+
+from rpr.run_config import parse_variant
+
+SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "rope", "alibi")
+
+
+def get_config(variant: str = "") -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+
+  # Data.
+  c.dataset = "arithmetic"  # rpr.data name: seed 002's i+j / i-j
+  c.arithmetic_config = "n1000_addsub"  # TFDS builder config: operands in [0, 1000), 2,000,000 examples
+  c.data_dir = "~/tensorflow_datasets"  # where the TFDS data is generated on first use
+  c.seed = 0  # seeds the batch order, the parameter init and dropout
+  c.batch_size = 128  # global training batch (all devices); per example, 64 and 128 learn alike
+  c.eval_batch_size = 2000  # global evaluation batch: the 10k test split in 5 batches
+  c.eval_splits = ("test",)  # the held-out 10,000 examples
+  c.max_eval_batches = config_dict.placeholder(int)  # evaluate at most this many batches; None: the whole split
+
+  # Model: preset tiny, then every key below that is not None.
+  c.preset = "tiny"  # rpr.model preset
+  c.position = "sinusoidal"  # scheme of encoder and decoder self-attention (variant pe=...)
+  c.cross_position = "none"  # encoder-decoder attention: plain, as in Shaw et al.
+  c.d_model = 64  # model width: 128 learns no faster per example and costs 3x per step
+  c.num_heads = 8  # heads of 8: more heads learn the digit alignment faster than 4
+  c.d_ff = 256  # feed-forward inner width
+  c.num_encoder_layers = 2  # encoder depth
+  c.num_decoder_layers = 2  # decoder depth
+  c.dropout_rate = 0.0  # no dropout: every example is new (less than one epoch)
+  c.attention_dropout_rate = 0.0  # no attention dropout
+  c.pre_layer_norm = True  # pre-LN: stable at a high learning rate without long warm-up
+  c.share_embeddings = False  # separate input, output and logit tables: tied ones slow absolute encodings ~5x
+  c.model_max_length = 16  # longest sequence: inputs have <= 7 characters, answers <= 4 + EOS
+  c.max_distance = 16  # shaw: clipping distance k (inputs are <= 7 long, so any k >= 6 never clips)
+  c.use_keys = True  # shaw: a^K term
+  c.use_values = True  # shaw: a^V term
+  c.share_heads = False  # shaw: tables per head
+  c.num_buckets = 32  # t5: 16 buckets per direction, distances < 8 exact
+  c.bucket_max_distance = 128  # t5: largest bucketed distance
+  c.rope_base = 10000.0  # rope frequency base
+  c.alibi_directional = False  # alibi: False = symmetric (unchanged ALiBi), True = halve the slope to the right
+  c.dtype = "float32"  # activation dtype
+
+  # Optimisation.
+  c.optimizer = "adam"  # Adam
+  c.learning_rate = 3e-3  # peak rate
+  c.schedule = "cosine"  # linear warm-up, then cosine decay to 0 at num_train_steps
+  c.warmup_steps = 100  # warm-up steps
+  c.adam_b1 = 0.9  # Adam beta1
+  c.adam_b2 = 0.98  # Adam beta2
+  c.adam_eps = 1e-9  # Adam epsilon
+  c.weight_decay = 0.0  # adamw only
+  c.grad_clip_norm = 1.0  # clip the global gradient norm
+  c.label_smoothing = 0.0  # exact answers: no smoothing
+  c.num_train_steps = 5000  # optimizer steps: 640,000 examples, a third of an epoch
+
+  # Evaluation and bookkeeping.
+  c.eval_every_steps = 100_000  # more than num_train_steps: evaluate only at the end (greedy, whole test split)
+  c.decode_method = "greedy"  # greedy decoding, as exact match is scored
+  c.beam_size = 4  # beam width (unused with greedy)
+  c.beam_alpha = 0.6  # beam length penalty (unused with greedy)
+  c.log_every_steps = 500  # progress log and train/* metrics
+  c.checkpoint_every_steps = 100_000  # more than num_train_steps: checkpoint only at the end (attention maps read it)
+  c.keep_checkpoints = 1  # keep the final checkpoint only
+
+  flags, settings = parse_variant(variant, flags=("quick",), keys=("pe", "k", "directional", "seed", "config"))
+  if settings.get("pe", c.position) not in SCHEMES:
+    raise ValueError(f"configs/arithmetic.py: pe={settings['pe']!r}; allowed: {list(SCHEMES)}")
+  c.position = settings.get("pe", c.position)
+  if "k" in settings:
+    c.max_distance = int(settings["k"])
+  if "directional" in settings:
+    c.alibi_directional = settings["directional"] in ("1", "true", "True")
+  if "seed" in settings:
+    c.seed = int(settings["seed"])
+  if "config" in settings:
+    c.arithmetic_config = settings["config"]
+  c.compare_positions = ()  # scheme names (rpr.compare): train once per scheme and print them side by side
+  if "quick" in flags:  # what `python run.py` runs: one seed, one scheme with encoding and one without
+    c.compare_positions = ("sinusoidal", "none")
+    c.num_train_steps = 3000  # enough for sinusoidal positions (the sweep's relative schemes need more)
+  return c
