@@ -214,7 +214,7 @@ BAD_CONFIGS = [
     (dict(dataset=""), r"config.dataset: unknown data set ''"),
     (dict(eval_splits=("test",)), r"config.eval_splits.*allowed: names from \['valid', 'long'\]"),
     (dict(optimizer="sgd"), r"config.optimizer = 'sgd'.*allowed: \['adam', 'adamw'\]"),
-    (dict(schedule="cosine"), r"config.schedule = 'cosine'.*allowed: \['vaswani', 'rsqrt', 'constant'\]"),
+    (dict(schedule="linear"), r"config.schedule = 'linear'.*allowed: \['vaswani', 'rsqrt', 'constant', 'cosine'\]"),
     (dict(decode_method="sample"), r"config.decode_method.*allowed: \['greedy', 'beam'\]"),
     (dict(learning_rate=-1.0), r"config.learning_rate = -1.0.*allowed: a number > 0"),
     (dict(label_smoothing=1.0), r"config.label_smoothing"),
