@@ -324,7 +324,9 @@ def fmt_ratio(entry: dict, field: str, clock: str) -> str:
     return status if mem is None else f"{status}; mem {mem:.2f}x"
   r = entry.get(field, {})
   t, m = r.get(f"time_{clock}"), r.get("memory")
-  return f"{t:.2f}x / {m:.2f}x" if t is not None and m is not None else "-"
+  if m is None:
+    return "-"
+  return f"{t:.2f}x / {m:.2f}x" if t is not None else f"- / {m:.3f}x (reference not run)"
 
 
 def write_report(data: dict, out_dir: str) -> None:
