@@ -18,8 +18,11 @@ rope or alibi (default sinusoidal); ``k`` = Shaw's clipping distance;
 builder config (e.g. ``n300_addsub``). The whole comparison (every scheme,
 3 seeds, report and attention maps) is ``python -m experiments.arithmetic``.
 
-Expected result (measured on 2 shared CPU cores; see
-experiments/results/arithmetic/report.md): RESULT_PLACEHOLDER
+Expected result (seed 0, 5,000 steps, greedy exact match on the 10k test
+split, measured on 2 shared CPU cores; the 3-seed sweep's report goes to
+experiments/results/arithmetic/report.md): sinusoidal 0.9999, shaw (k=16)
+0.9944, learned 0.985, t5 0.970, rope 0.960, none 0.024 (the bag-of-characters
+bound over the whole data set is 0.043).
 """
 
 import ml_collections

@@ -20,10 +20,12 @@ distance, not direction) and ``alibi_directional``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
 import shlex
+import signal
 import sys
 import time
 
@@ -44,17 +46,30 @@ ONES = (0, 3)  # "12+1": the tens-place "1" and the units-place "1"
 TARGET = 0.99
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(_HERE, os.pardir, "configs", "arithmetic.py"), "Config of every run (its pe is replaced).")
-_ROOT = flags.DEFINE_string("root", "workdirs/arithmetic", "One workdir per run: <root>/<scheme>/seed<k>.")
-_OUT = flags.DEFINE_string("out", os.path.join(_HERE, "results", "arithmetic"), "Report, JSON and figures.")
-_SEEDS = flags.DEFINE_integer("seeds", 3, "Seeds per scheme: 0 .. seeds-1.")
-_SCHEMES = flags.DEFINE_list("schemes", list(SCHEMES), "Schemes to train.")
-_WORKERS = flags.DEFINE_integer("workers", 1, "Train this many runs at once, each in its own single-threaded "
-                                "process (on 2 cores, 2 single-threaded runs beat 1 two-threaded run).")
-_WORKER = flags.DEFINE_string("worker", "", "Internal: 'i/n' trains runs i, i+n, i+2n, ... and exits.")
-_CACHE = flags.DEFINE_string("compilation_cache", "{root}/jax_cache",
-                             "JAX persistent compilation cache ('' for none): the seeds of a scheme compile once.")
+
+
+def _define_flags() -> dict:
+  """The command-line flags, defined only when this module runs as a script.
+
+  Tests import this module beside experiments.sweep, which has flags of the same names.
+  """
+  return dict(
+      config=config_flags.DEFINE_config_file(
+          "config", os.path.join(_HERE, os.pardir, "configs", "arithmetic.py"),
+          "Config of every run (its pe is replaced)."),
+      root=flags.DEFINE_string("root", "workdirs/arithmetic", "One workdir per run: <root>/<scheme>/seed<k>."),
+      out=flags.DEFINE_string("out", os.path.join(_HERE, "results", "arithmetic"), "Report, JSON and figures."),
+      seeds=flags.DEFINE_integer("seeds", 3, "Seeds per scheme: 0 .. seeds-1."),
+      schemes=flags.DEFINE_list("schemes", list(SCHEMES), "Schemes to train."),
+      workers=flags.DEFINE_integer("workers", 1, "Train this many runs at once, each in its own single-threaded "
+                                   "process (on 2 cores, 2 single-threaded runs beat 1 two-threaded run)."),
+      worker=flags.DEFINE_string("worker", "", "Internal: 'i/n' trains runs i, i+n, i+2n, ... and exits."),
+      cache=flags.DEFINE_string("compilation_cache", "{root}/jax_cache",
+                                "JAX persistent compilation cache ('' for none): the seeds of a scheme compile once."),
+      note=flags.DEFINE_string("note", "", "A paragraph printed under the report's title (context of this sweep)."),
+  )
+
+
 SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
@@ -69,9 +84,20 @@ def run_sweep(config, root: str, schemes, seeds: int, worker: tuple[int, int] = 
     c = compare.with_scheme(config, scheme)
     c.seed = seed
     logging.info("Run %s seed %d.", scheme, seed)
-    record = compare.train_run(c, os.path.join(root, scheme, f"seed{seed}"))
-    runs.append({"scheme": scheme, "seed": seed, **record})
+    workdir = os.path.join(root, scheme, f"seed{seed}")
+    record = compare.train_run(c, workdir)
+    if record["metrics"].get("stopped_by_signal"):
+      raise SystemExit(f"{scheme} seed {seed} stopped by a signal (checkpoint saved); run the same command "
+                       "again to resume the sweep")
+    # When the run ended: its result.json was written then (kept by a re-run that skips it).
+    finished = os.path.getmtime(os.path.join(workdir, "result.json"))
+    runs.append({"scheme": scheme, "seed": seed, "finished": finished, **record})
   return runs
+
+
+def training_span(runs: list[dict]) -> float:
+  """Seconds from the start of the earliest run to the end of the latest (their wall clock, however invoked)."""
+  return max(r["finished"] for r in runs) - min(r["finished"] - r["seconds"] for r in runs)
 
 
 def run_workers(n: int) -> None:
@@ -82,7 +108,12 @@ def run_workers(n: int) -> None:
   repo = os.path.dirname(_HERE)
   procs = [subprocess.Popen([sys.executable, "-m", "experiments.arithmetic", *sys.argv[1:], f"--worker={i}/{n}"],
                             cwd=repo, env=env) for i in range(n)]
-  codes = [p.wait() for p in procs]
+  # SIGTERM to this process stops every worker after its current step (each saves a checkpoint).
+  previous = signal.signal(signal.SIGTERM, lambda signum, frame: [p.send_signal(signum) for p in procs])
+  try:
+    codes = [p.wait() for p in procs]
+  finally:
+    signal.signal(signal.SIGTERM, previous)
   if any(codes):
     raise RuntimeError(f"worker exit codes {codes}")
 
@@ -114,8 +145,9 @@ def attention(config, root: str, schemes, out_dir: str) -> dict[str, dict]:
     maps = {t: attention_maps.encoder_attention(c, params, t) for t in TEXTS}
     diff = attention_maps.row_difference(maps["12+1"], *ONES)
     figure = f"attention_{scheme}.png"
-    attention_maps.plot(maps, f"{scheme}: encoder self-attention (query rows, key columns), seed 0; "
-                        f'"12+1" rows 0 and 3 differ by at most {diff:.3g}', os.path.join(out_dir, figure))
+    attention_maps.plot(maps, f"{scheme}: encoder self-attention (query rows, key columns), seed 0\n"
+                        f'"12+1": rows 0 and 3 (the two "1"s) differ by at most {diff:.3g}',
+                        os.path.join(out_dir, figure))
     out[scheme] = {"row_difference_12+1": diff, "figure": figure}
   return out
 
@@ -159,12 +191,14 @@ multiset's size); the decoder's own positions index the output, not the input.
 The attention maps below show it directly: without encoding the two "1"s of
 "12+1" get identical attention rows, in every layer and head.
 
-Three numbers, all computed exactly from the data ({config}):
+Three numbers, all computed exactly from the data ({config}). The first is
+the bound a position-blind model is held to in expectation, the last holds for
+this test split whatever the model:
 
 | bound | bag of characters | reversal (symmetric ALiBi) | what it is |
 | --- | --- | --- | --- |
 | whole data set | {bag_all} | {reversal_all} | best accuracy of any such function over all {n:,} examples; the expected test accuracy of a uniformly drawn held-out set, i.e. the Bayes rate |
-| fitted on train, scored on test | {bag_fitted} | {reversal_fitted} | the realistic ceiling: per group, predict the most frequent train answer (a group absent from train scores 0) |
+| fitted on train, scored on test | {bag_fitted} | {reversal_fitted} | what one such predictor scores: per group, the most frequent train answer (a group absent from train scores 0). Not a ceiling: a model can beat it by generalising to groups it never saw |
 | best per group on the test split | {bag_test} | {reversal_test} | a hard ceiling for the 10k test examples, but loose: most test groups hold one example, which the oracle always gets right |
 
 What would break the bound: any position information reaching the encoder.
@@ -184,11 +218,12 @@ predictions: a real model may confuse more inputs than they allow.
 
 
 def write_report(out_dir: str, *, command: str, config, runs: list[dict], bounds: dict, attention_diffs: dict,
-                 timings: dict, workers: int = 1, split: str = "test") -> tuple[str, str]:
+                 timings: dict, workers: int = 1, note: str = "", split: str = "test") -> tuple[str, str]:
   """Writes ``report.md`` and ``results.json`` to ``out_dir``; returns their paths.
 
-  ``timings``: seconds of this invocation, ``training`` (every run) and
-  ``total`` (with the bounds and the attention figures).
+  ``timings``: seconds, ``training`` (from the start of the first run to the
+  end of the last, across invocations) and ``total`` (this invocation, with the
+  bounds and the attention figures).
   """
   os.makedirs(out_dir, exist_ok=True)
   summary = summarise(runs, split)
@@ -196,9 +231,14 @@ def write_report(out_dir: str, *, command: str, config, runs: list[dict], bounds
   from rpr.data import arithmetic
 
   data = arithmetic.config_by_name(config.arithmetic_config)
+  full = arithmetic.config_by_name(arithmetic.ArithmeticBuilder.DEFAULT_BUILDER_CONFIG_NAME)
   examples_seen = config.num_train_steps * config.batch_size
   lines = [
       "# Arithmetic (seed 002): position schemes against the bag-of-characters bound", "",
+      *([note, ""] if note else []),
+      *([f"**Smaller operand range.** This sweep trains and tests on `{data.name}`, operands below "
+         f"{data.max_operand}, not on the seed's full set `{full.name}` (operands below {full.max_operand}, "
+         f"{full.num_examples:,} examples).", ""] if data.name != full.name else []),
       "Made by:", "", f"    {command}", "",
       f"Data: `{data.name}` ({data.description}); test split {data.test_size:,} examples held out, "
       f"never trained on. Each run sees {examples_seen:,} training examples "
@@ -210,11 +250,12 @@ def write_report(out_dir: str, *, command: str, config, runs: list[dict], bounds
       f"{config.optimizer} lr {config.learning_rate} ({config.schedule}, warm-up {config.warmup_steps}), "
       f"batch {config.batch_size}, {config.num_train_steps} steps, label smoothing {config.label_smoothing}, "
       f"gradient clip {config.grad_clip_norm}; Shaw k = {config.max_distance}.", "",
-      f"Machine: {os.cpu_count()} CPU cores ({platform.machine()}), shared with other jobs. Sweep wall time "
-      f"(this invocation): {timings['training'] / 60:.1f} min to train and evaluate the {len(runs)} runs "
-      f"({workers} at a time{', each single-threaded' if workers > 1 else ''}), "
-      f"{timings['total'] / 60:.1f} min with the bounds and the figures. Seconds per run (below) include data "
-      "loading, compilation, training and the final evaluation of the whole test split.", "",
+      f"Machine: {os.cpu_count()} CPU cores ({platform.machine()}), shared with other jobs. Sweep wall time: "
+      f"{timings['training'] / 60:.1f} min to train and evaluate the {len(runs)} runs, from the start of the "
+      f"first to the end of the last ({workers} at a time{', each single-threaded' if workers > 1 else ''}); "
+      f"this invocation of the command took {timings['total'] / 60:.1f} min in all (a re-run skips finished "
+      "runs and only redraws the figures and the report). Seconds per run (below) include data loading, "
+      "compilation, training and the final evaluation of the whole test split.", "",
       f"## Test exact match ({len(runs)} runs)", "",
       "| scheme | encoder sees of the order | exact match, mean ± std | min - max | per seed | token accuracy "
       "| ceiling (whole set / test-split oracle) | seconds per run |",
@@ -252,9 +293,9 @@ def write_report(out_dir: str, *, command: str, config, runs: list[dict], bounds
     f.write("\n".join(lines))
   record = {
       "command": command, "config": json.loads(config.to_json_best_effort()), "wall_seconds": timings,
-      "workers": workers,
+      "workers": workers, "note": note,
       "summary": summary, "checks": checks, "bounds": bounds, "attention": attention_diffs,
-      "runs": [{k: r[k] for k in ("scheme", "seed", "seconds", "metrics")} for r in runs],
+      "runs": [{k: r[k] for k in ("scheme", "seed", "seconds", "metrics") if k in r} for r in runs],
   }
   js = os.path.join(out_dir, "results.json")
   with open(js, "w", encoding="utf-8") as f:
@@ -262,40 +303,40 @@ def write_report(out_dir: str, *, command: str, config, runs: list[dict], bounds
   return md, js
 
 
-def main(argv):
+def main(argv, f: dict):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   start = time.time()
-  config, root, out = _CONFIG.value, _ROOT.value, _OUT.value
-  unknown = sorted(set(_SCHEMES.value) - set(compare.scheme_names()))
+  config, root, out = f["config"].value, f["root"].value, f["out"].value
+  unknown = sorted(set(f["schemes"].value) - set(compare.scheme_names()))
   if unknown:
     raise app.UsageError(f"unknown schemes {unknown}; allowed: {compare.scheme_names()}")
-  if _CACHE.value:
+  if f["cache"].value:
     import jax
 
-    jax.config.update("jax_compilation_cache_dir", _CACHE.value.format(root=root))
+    jax.config.update("jax_compilation_cache_dir", f["cache"].value.format(root=root))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-  if _WORKER.value:
-    i, n = (int(v) for v in _WORKER.value.split("/"))
-    run_sweep(config, root, _SCHEMES.value, _SEEDS.value, (i, n))
+  if f["worker"].value:
+    i, n = (int(v) for v in f["worker"].value.split("/"))
+    run_sweep(config, root, f["schemes"].value, f["seeds"].value, (i, n))
     return
-  if _WORKERS.value > 1:
+  if f["workers"].value > 1:
     if config.dataset == "arithmetic":  # generate the data once, before the workers race to
       from rpr.data import arithmetic
 
       arithmetic.prepare(config.arithmetic_config, os.path.expanduser(config.data_dir))
-    run_workers(_WORKERS.value)
-  runs = run_sweep(config, root, _SCHEMES.value, _SEEDS.value)
-  timings = {"training": time.time() - start}
+    run_workers(f["workers"].value)
+  runs = run_sweep(config, root, f["schemes"].value, f["seeds"].value)
+  timings = {"training": training_span(runs)}
   bounds = compare.cached_bounds(config.arithmetic_config, os.path.join(root, "bounds.json"), ("bag", "reversal"))
   os.makedirs(out, exist_ok=True)
-  diffs = attention(config, root, _SCHEMES.value, out)
+  diffs = attention(config, root, f["schemes"].value, out)
   timings["total"] = time.time() - start
   command = "python -m experiments.arithmetic " + " ".join(shlex.quote(a) for a in sys.argv[1:])
   md, _ = write_report(out, command=command, config=config, runs=runs, bounds=bounds, attention_diffs=diffs,
-                       timings=timings, workers=_WORKERS.value)
+                       timings=timings, workers=f["workers"].value, note=f["note"].value)
   print(open(md, encoding="utf-8").read())
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(functools.partial(main, f=_define_flags()))

@@ -159,3 +159,9 @@ def test_compare_positions_end_to_end_on_the_tiny_data_set(tmp_path, capsys):
   # A finished run is not trained again.
   again = compare.train_run(compare.with_scheme(config, "none"), str(tmp_path / "runs" / "none"))
   assert again == out["runs"]["none"]
+
+
+def test_training_span_is_first_start_to_last_end():
+  runs = [{"finished": 1000.0, "seconds": 100.0}, {"finished": 1050.0, "seconds": 120.0},
+          {"finished": 1300.0, "seconds": 200.0}]
+  assert experiment.training_span(runs) == 1300.0 - 900.0
