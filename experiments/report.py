@@ -13,6 +13,11 @@ the sample standard deviation (ddof 1; "-" for a single run) and the min and
 max over its runs, and, with ``--paper tableN``, Shaw et al.'s number for the
 cell its config describes (experiments/paper.py).
 
+``--bound bag`` (arithmetic runs) adds the bag-of-characters bound of the
+runs' data set (:mod:`rpr.data.bounds`): a line on the plot and a paragraph
+under the table with its three forms (whole set, test-split oracle, fitted on
+train); it is cached in ``--out`` as ``bounds.json``.
+
 ``--x KEY`` orders the groups by a numeric config key and plots the metric
 against it (min-max whiskers, one dot per run). ``--by_length`` reads the
 per-length exact match (``<split>/exact_match_by_length/<n>``, written with
@@ -50,6 +55,7 @@ _PAPER = flags.DEFINE_enum("paper", None, list(paper.TABLES), "The paper's table
 _BY_LENGTH = flags.DEFINE_bool("by_length", False, "Exact match against input length (eval_by_length runs).")
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _TITLE = flags.DEFINE_string("title", None, "Plot title (default: the metric).")
+_BOUND = flags.DEFINE_enum("bound", None, ["bag"], "Arithmetic runs: show the bag-of-characters bound of their data set.")
 
 IGNORED_KEYS = ("seed",)  # keys that differ between the runs of one group
 SHORT_NAMES = {"position": "pe", "max_distance": "k", "use_keys": "aK", "use_values": "aV",
@@ -209,7 +215,7 @@ def metric_table(rows: Sequence[dict], metric: str, paper_table: Optional[str]) 
 
 
 def metric_plot(rows: Sequence[dict], metric: str, x: Optional[str], paper_table: Optional[str], path: str,
-                title: Optional[str] = None) -> None:
+                title: Optional[str] = None, bound: Optional[tuple[str, float]] = None) -> None:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -229,6 +235,8 @@ def metric_plot(rows: Sequence[dict], metric: str, x: Optional[str], paper_table
   for p, r in zip(pos, rows):
     ax.plot([p] * len(r["runs"]), [run["value"] for run in r["runs"]], ".", color="k", alpha=0.5)
   ax.set_ylabel(metric)
+  if bound:
+    ax.axhline(bound[1], color="tab:gray", linestyle=":", label=bound[0])
   if paper_table and any(r["paper"] is not None for r in rows):
     twin = ax.twinx()
     twin.plot([p for p, r in zip(pos, rows) if r["paper"] is not None],
@@ -319,14 +327,41 @@ def _write_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) 
                      for row in rows)
 
 
+def bag_bound(runs: Sequence[RunRecord], cache: Optional[str]) -> tuple[str, dict[str, float]]:
+  """The arithmetic data set all ``runs`` share, and its bag-of-characters bounds (``bag_{all,test,fitted}``)."""
+  from rpr import compare
+
+  names = {(r.config.get("dataset"), r.config.get("arithmetic_config")) for r in runs}
+  if len(names) != 1 or next(iter(names))[0] != "arithmetic":
+    raise ValueError(f"--bound bag needs runs of one arithmetic data set, got (dataset, config) {sorted(names)}")
+  name = next(iter(names))[1]
+  return name, compare.cached_bounds(name, cache, ("bag",))
+
+
+BOUND_NOTE = """\
+Bag-of-characters bound of `{name}` (rpr.data.bounds): a model whose encoder \
+sees no position (Shaw with k = 0, or with neither a^K nor a^V) computes a \
+function of the multiset of input characters, so its exact match is at most \
+{all} over the whole data set (its expected accuracy on a uniformly held-out \
+split), {test} for the oracle that picks the best answer per multiset of the \
+test split itself, and {fitted} for the best such function fitted on train."""
+
+
 def write_report(patterns: Sequence[str], out: str, metric: Optional[str] = None, x: Optional[str] = None,
                  paper_table: Optional[str] = None, by_length: bool = False, title: Optional[str] = None,
-                 command: Optional[str] = None) -> list[dict]:
+                 command: Optional[str] = None, bound: Optional[str] = None) -> list[dict]:
   """Reads the runs, writes table.md, results.csv, runs.json and plot.png to ``out``; returns the rows."""
   runs = load_runs(patterns)
   if not runs:
     raise ValueError(f"no workdir with config.json and metrics.jsonl matches {list(patterns)}")
   os.makedirs(out, exist_ok=True)
+  note, line = [], None
+  if bound == "bag":
+    name, b = bag_bound(runs, os.path.join(out, "bounds.json"))
+    note = [BOUND_NOTE.format(name=name, **{k: f"{b['bag_' + k]:.4f}" for k in ("all", "test", "fitted")}), ""]
+    line = (f"bag-of-characters bound, whole set ({b['bag_all']:.4f})", b["bag_all"])
+  elif bound is not None:
+    raise ValueError(f"bound={bound!r}; allowed: None, 'bag'")
   if by_length:
     rows = summarise_by_length(runs)
     table = length_table(rows)
@@ -344,14 +379,14 @@ def write_report(patterns: Sequence[str], out: str, metric: Optional[str] = None
                ["variant", "x", "runs", "steps", "mean", "std", "min", "max", "paper"],
                [[r["variant"], r["x"], r["n"], r["steps"], r["mean"], r["std"], r["min"], r["max"], r["paper"]]
                 for r in rows])
-    metric_plot(rows, metric, x, paper_table, os.path.join(out, "plot.png"), title)
+    metric_plot(rows, metric, x, paper_table, os.path.join(out, "plot.png"), title, line)
     what = f"{metric} at each run's last evaluation; std over runs with ddof 1"
   with open(os.path.join(out, "runs.json"), "w", encoding="utf-8") as f:
     json.dump([{"variant": r["variant"], "runs": r["runs"]} for r in rows], f, indent=1, sort_keys=True)
   lines = []
   if command:
     lines += [f"Generated by `{command}`.", ""]
-  lines += [f"{len(runs)} runs in {len(rows)} groups; {what}.", "", table, ""]
+  lines += [f"{len(runs)} runs in {len(rows)} groups; {what}.", "", table, ""] + note
   with open(os.path.join(out, "table.md"), "w", encoding="utf-8") as f:
     f.write("\n".join(lines))
   return rows
@@ -362,7 +397,7 @@ def main(argv):
     raise app.UsageError("name one or more workdir globs, e.g. 'workdirs/sweeps/table2_cpu/*/*'")
   command = "python -m experiments.report " + " ".join(shlex.quote(a) for a in sys.argv[1:])
   write_report(argv[1:], _OUT.value, _METRIC.value, _X.value, _PAPER.value, _BY_LENGTH.value, _TITLE.value,
-               command=command)
+               command=command, bound=_BOUND.value)
   print(open(os.path.join(_OUT.value, "table.md"), encoding="utf-8").read())
 
 

@@ -94,8 +94,8 @@ def select(sweep: sweeps.Sweep, only=(), seeds=()) -> list[sweeps.Run]:
 
 def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) -> str:
   words = ["python", "-m", "experiments.report", shlex.quote(os.path.join(root, sweep.name, "*", "*")),
-           *map(shlex.quote, sweep.report), "--out", shlex.quote(out or os.path.join("experiments", "results",
-                                                                                     sweep.name))]
+           *map(shlex.quote, sweep.report),
+           "--out", shlex.quote(out or os.path.join("experiments", "results", sweep.results or sweep.name))]
   return " ".join(words)
 
 
