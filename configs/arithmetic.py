@@ -74,6 +74,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.rope_base = 10000.0  # rope frequency base
   c.alibi_directional = False  # alibi: False = symmetric (unchanged ALiBi), True = halve the slope to the right
   c.dtype = "float32"  # activation dtype
+  c.attention_implementation = "dense"  # or "chunked": linear memory in the lengths (same parameters)
 
   # Optimisation.
   c.optimizer = "adam"  # Adam

@@ -65,6 +65,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.rope_base = config_dict.placeholder(float)  # rope frequency base; None: preset's
   c.alibi_directional = config_dict.placeholder(bool)  # alibi: halve the slope to the right; None: preset's
   c.dtype = "float32"  # activation dtype: float32 or bfloat16 (parameters stay float32)
+  c.attention_implementation = "dense"  # or "chunked": linear memory in the lengths (same parameters)
 
   # Optimisation.
   c.optimizer = "adam"  # adam or adamw

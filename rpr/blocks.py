@@ -61,7 +61,8 @@ def _attention(config, position: str, causal: bool, scheme: Optional[nn.Module],
   c = config
   return layers.MultiHeadAttention(
       num_heads=c.num_heads, position=position, position_config=position_config(c, causal), scheme=scheme,
-      causal=causal, dropout_rate=c.attention_dropout_rate, decode=decode, dtype=c.dtype, name=name)
+      causal=causal, dropout_rate=c.attention_dropout_rate, decode=decode, dtype=c.dtype,
+      implementation=c.attention_implementation, name=name)
 
 
 class EncoderBlock(nn.Module):

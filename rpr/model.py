@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rpr import blocks
+from rpr import layers
 from rpr import positions
 from rpr.attention import causal_mask, combine_masks, padding_mask
 from rpr.data.task import BOS, EOS, PAD
@@ -64,6 +65,10 @@ class ModelConfig:
     deterministic: no dropout (eval and decode).
     decode: the decoder runs one token per call against the ``cache`` collection.
     dtype: activation dtype (parameters stay float32).
+    attention_implementation: ``"dense"`` or ``"chunked"`` (linear memory in
+      the lengths, :mod:`rpr.chunked`) for every attention layer in training
+      and full forward passes; cached decoding always runs dense. Both have
+      the same parameters, so a checkpoint serves either.
   """
 
   vocab_size: int = 32768
@@ -84,6 +89,7 @@ class ModelConfig:
   deterministic: bool = False
   decode: bool = False
   dtype: Any = jnp.float32
+  attention_implementation: str = "dense"
 
   def replace(self, **changes) -> "ModelConfig":
     """A copy with ``changes`` (unknown keys raise naming the allowed ones)."""
@@ -135,6 +141,8 @@ class ModelConfig:
     except TypeError:
       floating = False
     need(floating, "dtype", "a floating dtype such as jnp.float32 or jnp.bfloat16")
+    need(self.attention_implementation in layers.IMPLEMENTATIONS, "attention_implementation",
+         list(layers.IMPLEMENTATIONS))
     for scheme in {self.encoder_position, self.decoder_position, self.cross_position}:
       try:
         blocks.position_config(self, causal=False).validate(scheme)

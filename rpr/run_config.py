@@ -16,6 +16,7 @@ import numbers
 import jax.numpy as jnp
 
 from rpr import data
+from rpr import layers
 from rpr import model as model_lib
 from rpr import optim
 from rpr import positions
@@ -35,6 +36,7 @@ MODEL_KEYS = {
     "pre_layer_norm": "pre_layer_norm",
     "share_embeddings": "share_embeddings",
     "model_max_length": "max_length",
+    "attention_implementation": "attention_implementation",
 }
 # Run-config keys that are PositionConfig fields of the same name.
 POSITION_KEYS = ("max_distance", "use_keys", "use_values", "share_heads", "num_buckets", "bucket_max_distance",
@@ -129,6 +131,8 @@ def validate(config, num_devices: int) -> None:
   _choice(config, "position", sorted(positions.SCHEMES))
   _choice(config, "cross_position", model_lib.cross_schemes())
   _choice(config, "dtype", list(DTYPES))
+  if config.get("attention_implementation") is not None:
+    _choice(config, "attention_implementation", list(layers.IMPLEMENTATIONS))
   for key in ("d_model", "num_heads", "d_ff", "num_encoder_layers", "num_decoder_layers", "model_max_length"):
     _int(config, key, 1, optional=True)
   for key in ("dropout_rate", "attention_dropout_rate"):

@@ -110,6 +110,30 @@ def test_post_layer_norm_trains_with_dropout():
   assert np.all(np.isfinite(a)) and not np.allclose(a, b) and not np.allclose(a, c)
 
 
+@pytest.mark.parametrize("scheme", ["shaw", "t5", "alibi", "sinusoidal"])
+def test_chunked_attention_implementation_equals_dense(scheme):
+  # Same parameters; padded inputs and targets; relative cross-attention where the scheme allows it.
+  config = tiny(encoder_position=scheme, decoder_position=scheme, cross_position=CACHE_CASES[scheme])
+  chunked = config.replace(attention_implementation="chunked")
+  params = perturbed_params(config)
+  targets = TARGETS.at[1, 3:].set(PAD)
+
+  def loss(cfg):
+    def f(p):
+      logits = model.Transformer(cfg).apply({"params": p}, INPUTS, targets)
+      return jnp.sum(jax.nn.log_softmax(logits) * (targets != PAD)[..., None]), logits
+    return jax.jit(jax.value_and_grad(f, has_aux=True))(params)
+
+  (dense_loss, dense_logits), dense_grads = loss(config)
+  (chunked_loss, chunked_logits), chunked_grads = loss(chunked)
+  real = np.asarray(targets != PAD)
+  np.testing.assert_allclose(np.asarray(chunked_logits)[real], np.asarray(dense_logits)[real], atol=2e-5, rtol=2e-5)
+  np.testing.assert_allclose(chunked_loss, dense_loss, rtol=1e-5)
+  for path, g in jax.tree_util.tree_leaves_with_path(dense_grads):
+    got = dict(jax.tree_util.tree_leaves_with_path(chunked_grads))[path]
+    np.testing.assert_allclose(got, g, atol=1e-4, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
+
+
 @pytest.mark.parametrize("scheme", ["shaw", "sinusoidal"])
 def test_padding_does_not_leak(scheme):
   # More PAD after the inputs or the targets changes no logit of a real target position.
@@ -211,6 +235,7 @@ def test_attention_weights_are_sown():
     (dict(dtype=jnp.int32), r"dtype"),
     (dict(vocab_size=2), r"vocab_size.*PAD, BOS, EOS"),
     (dict(d_modle=64), r"unknown ModelConfig key.*d_modle.*allowed"),
+    (dict(attention_implementation="flash"), r"attention_implementation = 'flash'.*\['dense', 'chunked'\]"),
 ])
 def test_bad_configs_raise_clearly(overrides, match):
   with pytest.raises(ValueError, match=match):

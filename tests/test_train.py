@@ -220,6 +220,8 @@ BAD_CONFIGS = [
     (dict(label_smoothing=1.0), r"config.label_smoothing"),
     (dict(batch_size=0), r"config.batch_size = 0.*allowed: an int >= 1"),
     (dict(dtype="float16"), r"config.dtype.*allowed: \['float32', 'bfloat16'\]"),
+    (dict(attention_implementation="flash"),
+     r"config.attention_implementation = 'flash'.*allowed: \['dense', 'chunked'\]"),
 ]
 
 
