@@ -344,7 +344,8 @@ sees no position (Shaw with k = 0, or with neither a^K nor a^V) computes a \
 function of the multiset of input characters, so its exact match is at most \
 {all} over the whole data set (its expected accuracy on a uniformly held-out \
 split), {test} for the oracle that picks the best answer per multiset of the \
-test split itself, and {fitted} for the best such function fitted on train."""
+test split itself; the most frequent train answer per multiset scores {fitted} \
+on test (not a ceiling: a model may generalise to multisets it never saw)."""
 
 
 def write_report(patterns: Sequence[str], out: str, metric: Optional[str] = None, x: Optional[str] = None,
