@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rpr import relative as rel
 
@@ -137,6 +138,27 @@ class Relative:
       if t.ndim == 3 and t.shape[0] != num_heads:
         raise ValueError(f"Relative.{name} has {t.shape[0]} head tables, but attention has {num_heads} heads")
 
+  def within(self, q_length: int, k_length: int) -> "Relative":
+    """The same terms with the tables cut to the distances these lengths can reach.
+
+    With a static ``offset``, ``j - i - offset`` lies in ``[-(q-1) - offset,
+    k-1 - offset]``; if that is inside ``[-k', k']`` for some ``k' < k``, no
+    distance is clipped at ``k'`` either, and rows ``k-k' .. k+k'`` of each
+    table are all that is ever read. Shaw's k = 64 or 256 on sentences of a few
+    dozen tokens would otherwise multiply queries by hundreds of unused rows.
+    Exact (the gradient of the cut rows is zero, as it is uncut); a traced
+    offset (cached decoding) or explicit ids leave the terms as they are.
+    """
+    if self.ids is not None or not isinstance(self.offset, (int, np.integer)) or isinstance(self.offset, bool):
+      return self
+    k = self.max_distance
+    reach = max(q_length - 1 + int(self.offset), k_length - 1 - int(self.offset), 0)
+    if reach >= k:
+      return self
+    cut = lambda t: None if t is None else t[..., k - reach:k + reach + 1, :]
+    return dataclasses.replace(self, max_distance=reach, key_table=cut(self.key_table),
+                               value_table=cut(self.value_table))
+
   def expand(self, x: Array, k_length: int) -> Array:
     """``[b, h, q, R] -> [b, h, q, k]``."""
     if self.ids is not None:
@@ -235,6 +257,7 @@ def dot_product_attention(query: Array, key: Array, value: Array, *, mask: Optio
   logits = jnp.einsum("bqhd,bkhd->bhqk", query, key)
   if relative is not None:
     relative.check(h, d)
+    relative = relative.within(q_len, k_len)
     if relative.key_table is not None:
       logits = logits + relative_logits(query, relative, k_len)
   if bias is not None:

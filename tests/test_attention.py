@@ -182,6 +182,30 @@ def test_shaw_matches_loop_decoder_offset(x64, rng, layout, offset, nq):
   check_against_loop(q, k, v, pairs, 2, offset=offset, mask=np.asarray(attn.causal_mask(nq, 5, offset)))
 
 
+@pytest.mark.parametrize("offset,nq,nk", [(0, 5, 5), (2, 3, 6), (-3, 4, 2)])
+def test_shaw_matches_loop_when_k_exceeds_every_distance(x64, rng, offset, nq, nk):
+  # k = 9 on a few positions: only the rows the lengths can reach are used (the tables get cut).
+  q, k, v = qkv(rng, nq=nq, nk=nk)
+  reach = max(nq - 1 + offset, nk - 1 - offset)
+  relative = attn.Relative(9, *map(as_jnp, tables(rng, "shared", "both", rows=19)), offset)
+  cut = relative.within(nq, nk)
+  assert cut.max_distance == reach < 9 and cut.key_table.shape[0] == cut.value_table.shape[0] == 2 * reach + 1
+  np.testing.assert_array_equal(cut.key_table, relative.key_table[9 - reach:9 + reach + 1])
+  check_against_loop(q, k, v, [tables(rng, layout, "both", rows=19) for layout in ("shared", "per_head")], 9,
+                     offset=offset, mask=padding(nq, nk))
+
+
+def test_within_keeps_the_tables_when_the_lengths_reach_k_or_the_offset_is_traced():
+  table = jnp.ones((11, 4))
+  relative = attn.Relative(5, table, table)
+  assert relative.within(6, 6) is relative  # distance 5 is reachable
+  assert relative.within(4, 4).max_distance == 3
+  traced = jax.jit(lambda t: attn.Relative(5, table, table, t).within(4, 4).max_distance)
+  assert traced(jnp.int32(0)) == 5
+  ids = attn.Relative(0, jnp.ones((3, 4)), None, 0, jnp.zeros((2, 2), jnp.int32))
+  assert ids.within(2, 2) is ids
+
+
 @pytest.mark.parametrize("layout,per_batch", [("shared", False), ("per_head", True)])
 def test_shaw_matches_loop_explicit_tree_ids(x64, rng, layout, per_batch):
   # Relations of a tree instead of distances: [q, k] shared by the batch or [batch, q, k].
@@ -198,6 +222,9 @@ GRAD_CASES = {
     "per_head-causal-offset": dict(layout="per_head", nq=2, nk=5, max_distance=1, offset=3, mask="causal", ids=False),
     "shared-k0": dict(layout="shared", nq=3, nk=3, max_distance=0, offset=0, mask=None, ids=False),
     "per_head-tree-ids": dict(layout="per_head", nq=5, nk=5, max_distance=0, offset=0, mask=None, ids=True),
+    # k beyond every reachable distance: the tables are cut to rows k-3 .. k+3 (Relative.within).
+    "per_head-k-beyond-reach": dict(layout="per_head", nq=3, nk=4, max_distance=6, offset=1, mask="padding",
+                                    ids=False),
 }
 
 
