@@ -52,21 +52,16 @@ from rpr.chunked import chunked_attention
 GB = 1e9
 
 # (name, scheme, PositionConfig overrides, implementation). "plain/dense" is the reference of every ratio.
-CONFIGS = [
-    ("plain", "none", {}, "dense"),
-    ("shaw", "shaw", {}, "dense"),
-    ("shaw_k", "shaw", {"use_values": False}, "dense"),
-    ("t5", "t5", {}, "dense"),
-    ("rope", "rope", {}, "dense"),
-    ("alibi", "alibi", {}, "dense"),
-    ("shaw_reference", "shaw", {}, "reference"),
-    ("plain", "none", {}, "chunked"),
-    ("shaw", "shaw", {}, "chunked"),
-    ("shaw_k", "shaw", {"use_values": False}, "chunked"),
-    ("t5", "t5", {}, "chunked"),
-    ("rope", "rope", {}, "chunked"),
-    ("alibi", "alibi", {}, "chunked"),
+_SCHEMES = [
+    ("plain", "none", {}),
+    ("shaw", "shaw", {}),
+    ("shaw_k", "shaw", {"use_values": False}),
+    ("t5", "t5", {}),
+    ("rope", "rope", {}),
+    ("alibi", "alibi", {}),
 ]
+CONFIGS = ([(*c, "dense") for c in _SCHEMES] + [("shaw_reference", "shaw", {}, "reference")]
+           + [(*c, "chunked") for c in _SCHEMES])
 LONG_CONFIGS = [c for c in CONFIGS if c[3] == "chunked" and c[0] in ("plain", "shaw", "t5")] + [
     c for c in CONFIGS if c[3] == "dense" and c[0] in ("plain", "shaw")]
 

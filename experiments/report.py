@@ -352,6 +352,8 @@ def write_report(patterns: Sequence[str], out: str, metric: Optional[str] = None
                  paper_table: Optional[str] = None, by_length: bool = False, title: Optional[str] = None,
                  command: Optional[str] = None, bound: Optional[str] = None) -> list[dict]:
   """Reads the runs, writes table.md, results.csv, runs.json and plot.png to ``out``; returns the rows."""
+  if bound not in (None, "bag"):
+    raise ValueError(f"bound={bound!r}; allowed: None, 'bag'")
   runs = load_runs(patterns)
   if not runs:
     raise ValueError(f"no workdir with config.json and metrics.jsonl matches {list(patterns)}")
@@ -361,8 +363,6 @@ def write_report(patterns: Sequence[str], out: str, metric: Optional[str] = None
     name, b = bag_bound(runs, os.path.join(out, "bounds.json"))
     note = [BOUND_NOTE.format(name=name, **{k: f"{b['bag_' + k]:.4f}" for k in ("all", "test", "fitted")}), ""]
     line = (f"bag-of-characters bound, whole set ({b['bag_all']:.4f})", b["bag_all"])
-  elif bound is not None:
-    raise ValueError(f"bound={bound!r}; allowed: None, 'bag'")
   if by_length:
     rows = summarise_by_length(runs)
     table = length_table(rows)

@@ -124,14 +124,20 @@ def test_chunked_attention_implementation_equals_dense(scheme):
       return jnp.sum(jax.nn.log_softmax(logits) * (targets != PAD)[..., None]), logits
     return jax.jit(jax.value_and_grad(f, has_aux=True))(params)
 
+  def sown(cfg):  # the dense path sows attention weights; the chunked path forms none to sow
+    _, state = jax.jit(lambda p: model.Transformer(cfg).apply({"params": p}, INPUTS, targets,
+                                                               mutable=["intermediates"]))(params)
+    return len(jax.tree_util.tree_leaves(state))
+
+  assert sown(config) > 0 and sown(chunked) == 0  # the switch reaches every attention layer
   (dense_loss, dense_logits), dense_grads = loss(config)
   (chunked_loss, chunked_logits), chunked_grads = loss(chunked)
   real = np.asarray(targets != PAD)
   np.testing.assert_allclose(np.asarray(chunked_logits)[real], np.asarray(dense_logits)[real], atol=2e-5, rtol=2e-5)
   np.testing.assert_allclose(chunked_loss, dense_loss, rtol=1e-5)
+  chunked_by_path = dict(jax.tree_util.tree_leaves_with_path(chunked_grads))
   for path, g in jax.tree_util.tree_leaves_with_path(dense_grads):
-    got = dict(jax.tree_util.tree_leaves_with_path(chunked_grads))[path]
-    np.testing.assert_allclose(got, g, atol=1e-4, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
+    np.testing.assert_allclose(chunked_by_path[path], g, atol=1e-4, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
 
 
 @pytest.mark.parametrize("scheme", ["shaw", "sinusoidal"])
