@@ -55,20 +55,20 @@ Array = jax.Array
 
 
 def _table_product(x: Array, table: Array) -> Array:
-  """``[b, h, q, d] x [R, d] | [h, R, d] -> [b, h, q, R]``."""
-  spec = "bhqd,rd->bhqr" if table.ndim == 2 else "bhqd,hrd->bhqr"
+  """``[h, b, q, d] x [R, d] | [h, R, d] -> [h, b, q, R]``."""
+  spec = "hbqd,rd->hbqr" if table.ndim == 2 else "hbqd,hrd->hbqr"
   return jnp.einsum(spec, x, table)
 
 
 def _bucket_product(buckets: Array, table: Array) -> Array:
-  """``[b, h, q, R] x [R, d] | [h, R, d] -> [b, h, q, d]``."""
-  spec = "bhqr,rd->bhqd" if table.ndim == 2 else "bhqr,hrd->bhqd"
+  """``[h, b, q, R] x [R, d] | [h, R, d] -> [h, b, q, d]``."""
+  spec = "hbqr,rd->hbqd" if table.ndim == 2 else "hbqr,hrd->hbqd"
   return jnp.einsum(spec, buckets, table)
 
 
 def _table_grad(buckets: Array, x: Array, shared: bool) -> Array:
   """Transpose of :func:`_bucket_product` with respect to the table."""
-  return jnp.einsum("bhqr,bhqd->rd" if shared else "bhqr,bhqd->hrd", buckets, x)
+  return jnp.einsum("hbqr,hbqd->rd" if shared else "hbqr,hbqd->hrd", buckets, x)
 
 
 def _blocks(x: Array, size: int, axis: int) -> Array:
@@ -125,10 +125,10 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
                bias_fn: Optional[Callable], dropout_rate: float):
   """The attention core as a ``jax.custom_vjp`` for one static configuration.
 
-  Arguments of the returned function (``[b, h, length, dim]`` layout, query
+  Arguments of the returned function (``[h, b, length, dim]`` layout, query
   already scaled by 1/sqrt(d); lengths padded to multiples of the blocks):
   ``q, k, v, key_table, value_table, bias_consts, key_valid [b, Lk] | None,
-  mask [b|1, h|1, Lq|1, Lk|1] | None, rel_offset, q_offset, rng``. The tables
+  mask [h|1, b|1, Lq|1, Lk|1] | None, rel_offset, q_offset, rng``. The tables
   and bias constants are differentiable; masks, offsets and the rng are not.
 
   Key blocks start at multiples of ``block_k``. With Shaw terms each query
@@ -169,17 +169,17 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
             (RIGHT, jnp.maximum(band_last + 1, band_first), last)]
 
   def scores(qi, k, xk, q0, start, side, key_valid, mask, rel_offset, q_offset, bias):
-    """Masked ``s_ij`` of the key block at ``start``: ``[b, h, bq, bk]`` (edge runs: without their constant)."""
+    """Masked ``s_ij`` of the key block at ``start``: ``[h, b, bq, bk]`` (edge runs: without their constant)."""
     kj = jax.lax.dynamic_slice_in_dim(k, start, bk, axis=2)
-    s = jnp.einsum("bhqd,bhkd->bhqk", qi, kj)
+    s = jnp.einsum("hbqd,hbkd->hbqk", qi, kj)
     if xk is not None and side == BAND:
       s = s + rel._expand(xk, bk, max_distance, rel_offset + q0 - start).astype(s.dtype)
     if bias is not None:
-      s = s + bias[None].astype(s.dtype)
+      s = s + bias[:, None].astype(s.dtype)  # [h | 1, 1, bq, bk]
     k_pos = start + jnp.arange(bk, dtype=jnp.int32)
     allowed = None
     if key_valid is not None:
-      allowed = jax.lax.dynamic_slice_in_dim(key_valid, start, bk, axis=1)[:, None, None, :]
+      allowed = jax.lax.dynamic_slice_in_dim(key_valid, start, bk, axis=1)[None, :, None, :]
     if causal:
       q_pos = q_offset + q0 + jnp.arange(bq, dtype=jnp.int32)
       allowed = _and(allowed, (k_pos[None, :] <= q_pos[:, None])[None, None])
@@ -206,7 +206,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
     return jax.random.bernoulli(key, 1.0 - dropout_rate, shape) * keep_scale
 
   def forward(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng):
-    b, h, lq, _ = q.shape
+    h, b, lq, _ = q.shape
     dtype = q.dtype
 
     def one_query_block(_, inputs):
@@ -229,15 +229,15 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
           p = p * keep_mask(rng, q_index, start, p.shape)
           ld = ld * alpha + p.sum(-1)
         vj = jax.lax.dynamic_slice_in_dim(v, start, bk, axis=2)
-        acc = acc * alpha[..., None] + jnp.einsum("bhqk,bhkd->bhqd", p, vj)
+        acc = acc * alpha[..., None] + jnp.einsum("hbqk,hbkd->hbqd", p, vj)
         if side == BAND and acc_r is not None:
           acc_r = acc_r * alpha[..., None] + rel._reduce(p, max_distance, rel_offset + q0 - start)
         return m_new, l, ld, acc, acc_r
 
       def run(side, first, last):
-        init = (jnp.full((b, h, bq), -jnp.inf, dtype), jnp.zeros((b, h, bq), dtype),
-                jnp.zeros((b, h, bq), dtype) if dropout else None, jnp.zeros((b, h, bq, v.shape[-1]), dtype),
-                jnp.zeros((b, h, bq, n_buckets), dtype) if side == BAND and vt is not None else None)
+        init = (jnp.full((h, b, bq), -jnp.inf, dtype), jnp.zeros((h, b, bq), dtype),
+                jnp.zeros((h, b, bq), dtype) if dropout else None, jnp.zeros((h, b, bq, v.shape[-1]), dtype),
+                jnp.zeros((h, b, bq, n_buckets), dtype) if side == BAND and vt is not None else None)
         return jax.lax.fori_loop(first, last + 1, lambda t, c: visit(c, t * bk, side), init)
 
       runs = [run(*tile) for tile in tiles(q_index, rel_offset, q_offset)]
@@ -266,7 +266,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
       return None, (acc / l[..., None], m + jnp.log(l), extra)
 
     _, (out, lse, extra) = jax.lax.scan(one_query_block, None, (_blocks(q, bq, 2), jnp.arange(lq // bq, dtype=jnp.int32)))
-    return out, lse, extra  # [nq, b, h, bq, dv], [nq, b, h, bq], per-block Shaw statistics
+    return out, lse, extra  # [nq, h, b, bq, dv], [nq, h, b, bq], per-block Shaw statistics
 
   @jax.custom_vjp
   def core(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng):
@@ -281,7 +281,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
   def core_bwd(residuals, g):
     q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng, out, lse, extra = residuals
     gb = _blocks(g.astype(q.dtype), bq, 2)
-    delta = jnp.sum(gb * out, axis=-1)  # D_i = g_i . z_i = sum_j p_ij dp_ij  [nq, b, h, bq]
+    delta = jnp.sum(gb * out, axis=-1)  # D_i = g_i . z_i = sum_j p_ij dp_ij  [nq, h, b, bq]
 
     def one_query_block(carry, inputs):
       dk, dv, dkt, dvt, dconsts = carry
@@ -299,7 +299,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
         c, e = _edge_column(xk, side), _edge_column(gw, side)
         p = jnp.exp(s - (lse_i if c is None else lse_i - c)[..., None])
         vj = jax.lax.dynamic_slice_in_dim(v, start, bk, axis=2)
-        dp = jnp.einsum("bhqd,bhkd->bhqk", gi, vj)
+        dp = jnp.einsum("hbqd,hbkd->hbqk", gi, vj)
         offset = rel_offset + q0 - start
         if gw is not None and side == BAND:
           dp = dp + rel._expand(gw, bk, max_distance, offset).astype(dp.dtype)
@@ -312,17 +312,17 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
         else:  # an edge run's a^V constant folds into D_i
           ds = p * (dp - (delta_i if e is None else delta_i - e)[..., None])
         kj = jax.lax.dynamic_slice_in_dim(k, start, bk, axis=2)
-        dq = dq + jnp.einsum("bhqk,bhkd->bhqd", ds, kj)
+        dq = dq + jnp.einsum("hbqk,hbkd->hbqd", ds, kj)
         if dbuckets is not None and side == BAND:
           dbuckets = dbuckets + rel._reduce(ds, max_distance, offset)
         dk = jax.lax.dynamic_update_slice_in_dim(
-            dk, jax.lax.dynamic_slice_in_dim(dk, start, bk, axis=2) + jnp.einsum("bhqk,bhqd->bhkd", ds, qi), start,
+            dk, jax.lax.dynamic_slice_in_dim(dk, start, bk, axis=2) + jnp.einsum("hbqk,hbqd->hbkd", ds, qi), start,
             axis=2)
         dv = jax.lax.dynamic_update_slice_in_dim(
-            dv, jax.lax.dynamic_slice_in_dim(dv, start, bk, axis=2) + jnp.einsum("bhqk,bhqd->bhkd", p_drop, gi), start,
+            dv, jax.lax.dynamic_slice_in_dim(dv, start, bk, axis=2) + jnp.einsum("hbqk,hbqd->hbkd", p_drop, gi), start,
             axis=2)
         if bias_fn is not None:
-          ct = ds.sum(0)
+          ct = ds.sum(1)
           if bias.shape[0] == 1:
             ct = ct.sum(0, keepdims=True)
           dconsts = jax.tree.map(jnp.add, dconsts, bias_vjp(ct.astype(bias.dtype)))
@@ -431,8 +431,10 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
   bk = min(block_k, k_len)
   lk = _ceil_div(k_len, bk) * bk
 
-  def layout(x, length):  # [b, n, h, d] -> [b, h, length, d] (zero padded) in the compute dtype
-    x = jnp.swapaxes(x, 1, 2).astype(dtype)
+  # Heads lead ([h, b, length, d]): per-head Shaw tables [h, 2k+1, d] then
+  # multiply as a batched matmul over the leading axis, with no transposes.
+  def layout(x, length):  # [b, n, h, d] -> [h, b, length, d] (zero padded) in the compute dtype
+    x = jnp.transpose(x, (2, 0, 1, 3)).astype(dtype)
     return jnp.pad(x, [(0, 0), (0, 0), (0, length - x.shape[2]), (0, 0)])
 
   q = layout(query / jnp.sqrt(jnp.asarray(d, query.dtype)), lq)
@@ -442,7 +444,7 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
   if key_valid is not None:
     key_valid = jnp.pad(key_valid.astype(bool), [(0, 0), (0, lk - k_len)])
   if mask is not None:
-    mask = mask.astype(bool)
+    mask = jnp.swapaxes(mask.astype(bool), 0, 1)  # [h | 1, b | 1, q | 1, k | 1]
     if mask.shape[2] > 1:
       mask = jnp.pad(mask, [(0, 0), (0, 0), (0, lq - q_len), (0, 0)])
     if mask.shape[3] > 1:
@@ -457,4 +459,4 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
   core = _make_core(block_q=bq, block_k=bk, k_len=k_len, causal=causal, shaw=relative is not None,
                     max_distance=max_distance, bias_fn=bias_fn, dropout_rate=float(dropout_rate))
   out = core(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, jnp.asarray(q_offset, jnp.int32), rng)
-  return jnp.swapaxes(out[:, :, :q_len], 1, 2).astype(value.dtype)
+  return jnp.transpose(out[:, :, :q_len], (1, 2, 0, 3)).astype(value.dtype)
