@@ -99,6 +99,42 @@ def test_shaw_with_masks_matches_dense(x64, rng, causal, padded, shared, q_offse
   compare(dense, chunked, (q, kk, v, kt, vt), g)
 
 
+# Where the band |j - i - offset| < k (k = 5) starts and ends relative to the
+# key blocks: on and off block edges, meeting either end of the keys, with
+# negative and positive offsets, with and without the causal cut.
+@pytest.mark.parametrize("nq,nk,block_q,block_k,offset", [(13, 29, 4, 8, 0), (13, 29, 4, 8, 3), (11, 16, 4, 4, -2),
+                                                         (9, 31, 5, 6, 7), (12, 24, 4, 8, -9)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_shaw_band_window_cuts_match_dense(x64, rng, nq, nk, block_q, block_k, offset, causal):
+  b, h = 2, 2
+  q, kk, v = qkv(rng, b, nq, nk, h)
+  kt, vt = tables(rng, 5, h)
+  mask = dense_mask(b, nq, nk, causal=causal, q_offset=offset)
+  g = jnp.asarray(rng.normal(size=q.shape)) * visible_rows(mask, b, h, nq)
+  rel = lambda kt, vt: attn.Relative(5, kt, vt, offset=offset)
+  dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
+  chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), causal=causal, q_offset=offset,
+                                                       block_q=block_q, block_k=block_k)
+  compare(dense, chunked, (q, kk, v, kt, vt), g)
+
+
+def test_shaw_with_a_bias_closure_matches_dense(x64, rng):
+  # Shaw terms and an additive bias together; the slopes bias_fn closes over get their gradient.
+  b, nq, nk, h = 2, 10, 14, 3
+  q, kk, v = qkv(rng, b, nq, nk, h)
+  kt, vt = tables(rng, 3, h)
+  slopes = jnp.asarray(rng.uniform(0.1, 1.0, size=(h,)))
+  g = jnp.asarray(rng.normal(size=q.shape))
+  dist = lambda qp, kp: jnp.abs(kp[None, :] - qp[:, None]).astype(slopes.dtype)
+  rel = lambda kt, vt: attn.Relative(3, kt, vt)
+  dense = lambda q, kk, v, kt, vt, s: attn.dot_product_attention(
+      q, kk, v, relative=rel(kt, vt), bias=-s[None, :, None, None] * dist(jnp.arange(nq), jnp.arange(nk))[None, None])
+  chunked = lambda q, kk, v, kt, vt, s: chunked_attention(
+      q, kk, v, relative=rel(kt, vt), bias_fn=lambda qp, kp: -s[:, None, None] * dist(qp, kp)[None],
+      block_q=4, block_k=4)
+  compare(dense, chunked, (q, kk, v, kt, vt, slopes), g)
+
+
 def test_dense_mask_argument_matches_dense(x64, rng):
   b, nq, nk, h = 2, 7, 9, 3
   q, kk, v = qkv(rng, b, nq, nk, h)
