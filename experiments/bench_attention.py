@@ -355,26 +355,27 @@ def write_report(data: dict, out_dir: str) -> None:
       lines.append(f"| {key} ({DESCRIPTIONS[key.split('/')[0]]}) | " + " | ".join(cells) + " |")
     lines.append("")
 
-  table("vs_plain_dense", "wall", "Ratios to plain dense attention (wall time)", "")
-  table("vs_plain_dense", "cpu", "Ratios to plain dense attention (process CPU time)",
-        "CPU time of this process (all XLA threads): less sensitive to other processes than wall time.")
-  table("vs_plain_same_impl", "wall", "Ratios to plain attention of the same implementation (wall time)",
-        "Chunked rows divided by plain chunked: the intrinsic cost of each scheme inside the chunked kernel.")
+  if lengths:  # a model-step-only run (--lengths "") has no attention tables
+    table("vs_plain_dense", "wall", "Ratios to plain dense attention (wall time)", "")
+    table("vs_plain_dense", "cpu", "Ratios to plain dense attention (process CPU time)",
+          "CPU time of this process (all XLA threads): less sensitive to other processes than wall time.")
+    table("vs_plain_same_impl", "wall", "Ratios to plain attention of the same implementation (wall time)",
+          "Chunked rows divided by plain chunked: the intrinsic cost of each scheme inside the chunked kernel.")
 
-  lines.extend(["## Absolute numbers", "", "| scheme / implementation | " +
-                " | ".join(f"L={n}" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)])
-  for key in keys:
-    cells = []
-    for n in lengths:
-      e = data["lengths"][n].get(key, {})
-      mem = e.get("memory", {}).get("peak")
-      t = e.get("wall_median_s")
-      if t:
-        cells.append(f"{t * 1e3:.0f} ms, {mem / GB:.3f} GB")
-      else:
-        cells.append(e.get("status", "-"))
-    lines.append(f"| {key} | " + " | ".join(cells) + " |")
-  lines.append("")
+    lines.extend(["## Absolute numbers", "", "| scheme / implementation | " +
+                  " | ".join(f"L={n}" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)])
+    for key in keys:
+      cells = []
+      for n in lengths:
+        e = data["lengths"][n].get(key, {})
+        mem = e.get("memory", {}).get("peak")
+        t = e.get("wall_median_s")
+        if t:
+          cells.append(f"{t * 1e3:.0f} ms, {mem / GB:.3f} GB")
+        else:
+          cells.append(e.get("status", "-"))
+      lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    lines.append("")
 
   if data.get("long"):
     lg = data["long"]
