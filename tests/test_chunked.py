@@ -105,7 +105,7 @@ def test_shaw_with_masks_matches_dense(x64, rng, causal, padded, shared, q_offse
 @pytest.mark.parametrize("nq,nk,block_q,block_k,offset", [(13, 29, 4, 8, 0), (13, 29, 4, 8, 3), (11, 16, 4, 4, -2),
                                                          (9, 31, 5, 6, 7), (12, 24, 4, 8, -9)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_shaw_band_window_cuts_match_dense(x64, rng, nq, nk, block_q, block_k, offset, causal):
+def test_shaw_band_edges_match_dense(x64, rng, nq, nk, block_q, block_k, offset, causal):
   b, h = 2, 2
   q, kk, v = qkv(rng, b, nq, nk, h)
   kt, vt = tables(rng, 5, h)
