@@ -20,6 +20,15 @@ def test_tiny_run_writes_every_configuration(tmp_path):
   assert "| shaw/chunked" in report and data["machine"]["jax"] in report
 
 
+def test_run_without_lengths_writes_no_empty_attention_tables(tmp_path):
+  # A model-step-only run (--lengths ""; the step itself is off here) times no attention configuration.
+  bench.main(["--lengths", "", "--long_length", "0", "--out", str(tmp_path)])
+  report = (tmp_path / "README.md").read_text()
+  assert json.loads((tmp_path / "results.json").read_text())["lengths"] == {}
+  assert "## Ratios to plain dense attention" not in report and "## Absolute numbers" not in report
+  assert "## Base Transformer training step" in report
+
+
 def test_targets_are_judged_on_the_measured_ratios():
   def entry(time_wall, memory):
     return {"implementation": "chunked", "vs_plain_dense": {"time_wall": time_wall, "memory": memory},
