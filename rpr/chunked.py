@@ -100,23 +100,6 @@ def _edge_column(x: Optional[Array], side: Optional[str]) -> Optional[Array]:
   return x[..., 0] if side == LEFT else x[..., -1]
 
 
-def _merge(runs):
-  """Merges online-softmax runs ``(m, l, ...)`` over disjoint key sets; returns the merged run and each run's weight.
-
-  Run ``r`` scales by ``w_r = exp(m_r - m)`` with ``m = max_r m_r``: then
-  ``l = sum_r w_r l_r`` and likewise for every accumulator.
-  """
-  m = functools.reduce(jnp.maximum, [run[0] for run in runs])
-  m = jnp.where(jnp.isfinite(m), m, 0)  # every run empty (no visible key block): weights 0, not NaN
-  weights = [jnp.exp(run[0] - m) for run in runs]
-  merged = [m]
-  for i in range(1, len(runs[0])):
-    parts = [w.reshape(w.shape + (1,) * (run[i].ndim - w.ndim)) * run[i]
-             for w, run in zip(weights, runs) if run[i] is not None]
-    merged.append(functools.reduce(jnp.add, parts) if parts else None)
-  return merged, weights
-
-
 # ----------------------------------------------------------------------------
 # The blocked forward and backward passes.
 
@@ -132,17 +115,16 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
   and bias constants are differentiable; masks, offsets and the rng are not.
 
   Key blocks start at multiples of ``block_k``. With Shaw terms each query
-  block visits them in three runs, each an independent online softmax merged
-  at the end: blocks wholly left of its band, whose only bucket is 0, blocks
-  crossing the band (the exact maps of :mod:`rpr.relative`), and blocks wholly
-  right (bucket 2k). In an edge run the a^K term is a per-row constant ``c_i``,
-  folded into the row shift of the exponent (``exp(s_ij - (m_i - c_i))``); the
-  a^V bucket sum is the run's share of the softmax mass; and in the backward
-  pass the a^V term folds into ``D_i`` and the run's a^K bucket gradient
-  ``sum_j ds_ij`` follows from the run's saved share of the output and of the
-  mass. So edge blocks cost what plain attention costs, and Shaw's extra
-  elementwise work is confined to the two or three blocks per query block
-  that the band crosses.
+  block visits them in three loops that carry one online softmax: blocks
+  wholly left of its band, whose only bucket is 0, blocks crossing the band
+  (the exact maps of :mod:`rpr.relative`), and blocks wholly right (bucket
+  2k). On an edge block the a^K term is a per-row constant ``c_i``, folded
+  into the row shift of the exponent (``exp(s_ij - (m_i - c_i))``); its a^V
+  bucket sum is its share of the softmax mass, accumulated per side; and in
+  the backward pass its a^V term folds into ``D_i`` and its a^K bucket
+  gradient is the row sum of ``ds``. So edge blocks cost what plain attention
+  costs, and Shaw's extra elementwise work is confined to the two or three
+  blocks per query block that the band crosses.
   """
   bq, bk = block_q, block_k
   n_buckets = 2 * max_distance + 1
@@ -169,7 +151,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
             (RIGHT, jnp.maximum(band_last + 1, band_first), last)]
 
   def scores(qi, k, xk, q0, start, side, key_valid, mask, rel_offset, q_offset, bias):
-    """Masked ``s_ij`` of the key block at ``start``: ``[h, b, bq, bk]`` (edge runs: without their constant)."""
+    """Masked ``s_ij`` of the key block at ``start``: ``[h, b, bq, bk]`` (edge blocks: without their constant)."""
     kj = jax.lax.dynamic_slice_in_dim(k, start, bk, axis=2)
     s = jnp.einsum("hbqd,hbkd->hbqk", qi, kj)
     if xk is not None and side == BAND:
@@ -210,13 +192,13 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
     dtype = q.dtype
 
     def one_query_block(_, inputs):
-      qi, q_index = inputs
+      qi, xk, q_index = inputs
       q0 = q_index * bq
-      xk = None if kt is None else _table_product(qi, kt)
 
       def visit(carry, start, side):
-        # m: running max; l: softmax mass; ld: mass after dropout; acc: sum p v; acc_r: band buckets.
-        m, l, ld, acc, acc_r = carry
+        # m: running max; l: softmax mass; acc: sum_j p_ij v_j; and for a^V (after dropout): buckets, the
+        # band blocks' bucket sums, and edge, the masses of the blocks left and right of the band.
+        m, l, acc, buckets, edge = carry
         bias = None if bias_fn is None else block_bias(consts, q0, start, q_offset)
         s = scores(qi, k, xk, q0, start, side, key_valid, mask, rel_offset, q_offset, bias)
         c = _edge_column(xk, side)
@@ -227,68 +209,61 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
         l = l * alpha + p.sum(-1)
         if dropout:
           p = p * keep_mask(rng, q_index, start, p.shape)
-          ld = ld * alpha + p.sum(-1)
         vj = jax.lax.dynamic_slice_in_dim(v, start, bk, axis=2)
         acc = acc * alpha[..., None] + jnp.einsum("hbqk,hbkd->hbqd", p, vj)
-        if side == BAND and acc_r is not None:
-          acc_r = acc_r * alpha[..., None] + rel._reduce(p, max_distance, rel_offset + q0 - start)
-        return m_new, l, ld, acc, acc_r
+        if buckets is not None:
+          buckets = buckets * alpha[..., None]
+          if side == BAND:
+            buckets = buckets + rel._reduce(p, max_distance, rel_offset + q0 - start)
+          edge = edge * alpha
+          if side != BAND:
+            edge = edge.at[0 if side == LEFT else 1].add(p.sum(-1))
+        return m_new, l, acc, buckets, edge
 
-      def run(side, first, last):
-        init = (jnp.full((h, b, bq), -jnp.inf, dtype), jnp.zeros((h, b, bq), dtype),
-                jnp.zeros((h, b, bq), dtype) if dropout else None, jnp.zeros((h, b, bq, v.shape[-1]), dtype),
-                jnp.zeros((h, b, bq, n_buckets), dtype) if side == BAND and vt is not None else None)
-        return jax.lax.fori_loop(first, last + 1, lambda t, c: visit(c, t * bk, side), init)
-
-      runs = [run(*tile) for tile in tiles(q_index, rel_offset, q_offset)]
-      (m, l, _, acc, acc_r), weights = _merge(runs)
-      l = jnp.where(l > 0, l, 1)  # a row that saw no key block outputs zeros
+      a_v = shaw and vt is not None
+      carry = (jnp.full((h, b, bq), -jnp.inf, dtype), jnp.zeros((h, b, bq), dtype),
+               jnp.zeros((h, b, bq, v.shape[-1]), dtype),
+               jnp.zeros((h, b, bq, n_buckets), dtype) if a_v else None,
+               jnp.zeros((2, h, b, bq), dtype) if a_v else None)
+      # One online softmax over the key blocks left of the band, across it, and right of it.
+      for side, first, last in tiles(q_index, rel_offset, q_offset):
+        carry = jax.lax.fori_loop(first, last + 1, lambda t, c, side=side: visit(c, t * bk, side), carry)
+      m, l, acc, buckets, edge = carry
+      m = jnp.where(jnp.isfinite(m), m, 0)  # a row that saw no key block: lse 0, output 0
+      l = jnp.where(l > 0, l, 1)
       extra = {}
-      if shaw:
-        (left, _, right), (w_left, _, w_right) = runs, weights
-
-        def share(run, w, i):  # an edge run's part of the normalised mass (i = 1, 2) or output (i = 3)
-          if run[i] is None:
-            return None
-          return run[i] * (w / l).reshape(w.shape + (1,) * (run[i].ndim - w.ndim))
-
-        mass_left, mass_right = share(left, w_left, 1), share(right, w_right, 1)
-        drop_left = share(left, w_left, 2) if dropout else mass_left
-        drop_right = share(right, w_right, 2) if dropout else mass_right
-        if vt is not None:
-          # reduce(P) (after dropout): the band run's buckets plus the edge runs' masses.
-          buckets = (acc_r / l[..., None]).at[..., 0].add(drop_left).at[..., -1].add(drop_right)
-          extra["buckets"] = buckets
-          acc = acc + _bucket_product(buckets * l[..., None], vt)
-        if kt is not None:
-          extra["edges"] = (share(left, w_left, 3), mass_left, drop_left,
-                            share(right, w_right, 3), mass_right, drop_right)
+      if a_v:  # reduce(P) (after dropout): the band blocks' buckets plus the edge blocks' masses
+        extra["buckets"] = buckets.at[..., 0].add(edge[0]).at[..., -1].add(edge[1]) / l[..., None]
       return None, (acc / l[..., None], m + jnp.log(l), extra)
 
-    _, (out, lse, extra) = jax.lax.scan(one_query_block, None, (_blocks(q, bq, 2), jnp.arange(lq // bq, dtype=jnp.int32)))
-    return out, lse, extra  # [nq, h, b, bq, dv], [nq, h, b, bq], per-block Shaw statistics
+    # Shaw's small table products run once over all queries, outside the loop
+    # over query blocks: one matmul each instead of one per block.
+    xk = None if kt is None else _blocks(_table_product(q, kt), bq, 2)
+    xs = (_blocks(q, bq, 2), xk, jnp.arange(lq // bq, dtype=jnp.int32))
+    _, (out, lse, extra) = jax.lax.scan(one_query_block, None, xs)
+    out = _unblocks(out, 2)
+    if vt is not None:  # z_i += sum_r reduce(alpha)_ir w^V_r
+      out = out + _bucket_product(_unblocks(extra["buckets"], 2), vt)
+    return out, lse, extra  # [h, b, lq, dv], [nq, h, b, bq], per-block Shaw statistics
 
   @jax.custom_vjp
   def core(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng):
-    out, _, _ = forward(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng)
-    return _unblocks(out, 2)
+    return forward(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng)[0]
 
   def core_fwd(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng):
     out, lse, extra = forward(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng)
     residuals = (q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng, out, lse, extra)
-    return _unblocks(out, 2), residuals
+    return out, residuals
 
   def core_bwd(residuals, g):
     q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng, out, lse, extra = residuals
-    gb = _blocks(g.astype(q.dtype), bq, 2)
-    delta = jnp.sum(gb * out, axis=-1)  # D_i = g_i . z_i = sum_j p_ij dp_ij  [nq, h, b, bq]
+    g = g.astype(q.dtype)
+    delta = _blocks(jnp.sum(g * out, axis=-1), bq, 2)  # D_i = g_i . z_i = sum_j p_ij dp_ij  [nq, h, b, bq]
 
     def one_query_block(carry, inputs):
-      dk, dv, dkt, dvt, dconsts = carry
-      qi, gi, lse_i, delta_i, extra_i, q_index = inputs
+      dk, dv, dconsts = carry
+      qi, gi, xk, gw, lse_i, delta_i, extra_i, q_index = inputs
       q0 = q_index * bq
-      xk = None if kt is None else _table_product(qi, kt)
-      gw = None if vt is None else _table_product(gi, vt)
 
       def visit(carry, start, side):
         dq, dbuckets, dk, dv, dconsts = carry
@@ -309,12 +284,15 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
           dp = (dp if e is None else dp + e[..., None]) * keep
           p_drop = p * keep
           ds = p * (dp - delta_i[..., None])
-        else:  # an edge run's a^V constant folds into D_i
+        else:  # an edge block's a^V constant folds into D_i
           ds = p * (dp - (delta_i if e is None else delta_i - e)[..., None])
         kj = jax.lax.dynamic_slice_in_dim(k, start, bk, axis=2)
         dq = dq + jnp.einsum("hbqk,hbkd->hbqd", ds, kj)
-        if dbuckets is not None and side == BAND:
-          dbuckets = dbuckets + rel._reduce(ds, max_distance, offset)
+        if dbuckets is not None:  # an edge block's a^K gradient is its row sum of ds, in bucket 0 or 2k
+          if side == BAND:
+            dbuckets = dbuckets + rel._reduce(ds, max_distance, offset)
+          else:
+            dbuckets = dbuckets.at[..., 0 if side == LEFT else -1].add(ds.sum(-1))
         dk = jax.lax.dynamic_update_slice_in_dim(
             dk, jax.lax.dynamic_slice_in_dim(dk, start, bk, axis=2) + jnp.einsum("hbqk,hbqd->hbkd", ds, qi), start,
             axis=2)
@@ -333,25 +311,24 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
       for side, first, last in tiles(q_index, rel_offset, q_offset):
         carry = jax.lax.fori_loop(first, last + 1, lambda t, c, side=side: visit(c, t * bk, side), carry)
       dq, dbuckets, dk, dv, dconsts = carry
-      if kt is not None:
-        # sum_j ds_ij over an edge run = g_i . z_run + e_i mass_dropped - D_i mass.
-        out_left, mass_left, drop_left, out_right, mass_right, drop_right = extra_i["edges"]
-        e_left = 0 if gw is None else gw[..., 0]
-        e_right = 0 if gw is None else gw[..., -1]
-        grad_left = jnp.sum(gi * out_left, -1) + e_left * drop_left - delta_i * mass_left
-        grad_right = jnp.sum(gi * out_right, -1) + e_right * drop_right - delta_i * mass_right
-        dbuckets = dbuckets.at[..., 0].add(grad_left).at[..., -1].add(grad_right)
-        dq = dq + _bucket_product(dbuckets, kt)
-        dkt = dkt + _table_grad(dbuckets, qi, kt.ndim == 2)
-      if vt is not None:
-        dvt = dvt + _table_grad(extra_i["buckets"], gi, vt.ndim == 2)
-      return (dk, dv, dkt, dvt, dconsts), dq
+      return (dk, dv, dconsts), (dq, dbuckets)
 
-    zeros = lambda x: None if x is None else jnp.zeros_like(x)
-    init = (jnp.zeros_like(k), jnp.zeros_like(v), zeros(kt), zeros(vt), jax.tree.map(jnp.zeros_like, consts))
-    xs = (_blocks(q, bq, 2), gb, lse, delta, extra, jnp.arange(q.shape[2] // bq, dtype=jnp.int32))
-    (dk, dv, dkt, dvt, dconsts), dq = jax.lax.scan(one_query_block, init, xs)
-    return _unblocks(dq, 2), dk, dv, dkt, dvt, dconsts, None, None, None, None, None
+    # As in the forward pass, the table products and their transposes run once
+    # over all queries, outside the loop.
+    xk = None if kt is None else _table_product(q, kt)
+    gw = None if vt is None else _table_product(g, vt)
+    init = (jnp.zeros_like(k), jnp.zeros_like(v), jax.tree.map(jnp.zeros_like, consts))
+    blocks = lambda x: None if x is None else _blocks(x, bq, 2)
+    xs = (blocks(q), blocks(g), blocks(xk), blocks(gw), lse, delta, extra, jnp.arange(q.shape[2] // bq, dtype=jnp.int32))
+    (dk, dv, dconsts), (dq, dbuckets) = jax.lax.scan(one_query_block, init, xs)
+    dq, dkt, dvt = _unblocks(dq, 2), None, None
+    if kt is not None:
+      dbuckets = _unblocks(dbuckets, 2)
+      dq = dq + _bucket_product(dbuckets, kt)
+      dkt = _table_grad(dbuckets, q, kt.ndim == 2)
+    if vt is not None:
+      dvt = _table_grad(_unblocks(extra["buckets"], 2), g, vt.ndim == 2)
+    return dq, dk, dv, dkt, dvt, dconsts, None, None, None, None, None
 
   core.defvjp(core_fwd, core_bwd)
   return core
