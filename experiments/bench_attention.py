@@ -279,8 +279,10 @@ def bench_model_step(args) -> dict:
     times = {p: [] for p in steps}
     for p, (compiled, state) in steps.items():
       jax.block_until_ready(compiled(state, batch))
+    order_rng = np.random.default_rng(args.model_length)
     for _ in range(args.model_repeats):
-      for p, (compiled, state) in steps.items():
+      for p in order_rng.permutation(list(steps)):  # a fresh order each round, as for the attention configs
+        compiled, state = steps[p]
         t0 = time.perf_counter()
         jax.block_until_ready(compiled(state, batch))
         times[p].append(time.perf_counter() - t0)
