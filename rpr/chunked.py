@@ -55,32 +55,20 @@ Array = jax.Array
 
 
 def _table_product(x: Array, table: Array) -> Array:
-  """``[h, b, q, d] x [R, d] | [h, R, d] -> [h, b, q, R]``."""
-  spec = "hbqd,rd->hbqr" if table.ndim == 2 else "hbqd,hrd->hbqr"
+  """``[..., h, b, q, d] x [R, d] | [h, R, d] -> [..., h, b, q, R]``."""
+  spec = "...qd,rd->...qr" if table.ndim == 2 else "...hbqd,hrd->...hbqr"
   return jnp.einsum(spec, x, table)
 
 
 def _bucket_product(buckets: Array, table: Array) -> Array:
-  """``[h, b, q, R] x [R, d] | [h, R, d] -> [h, b, q, d]``."""
-  spec = "hbqr,rd->hbqd" if table.ndim == 2 else "hbqr,hrd->hbqd"
+  """``[..., h, b, q, R] x [R, d] | [h, R, d] -> [..., h, b, q, d]``."""
+  spec = "...qr,rd->...qd" if table.ndim == 2 else "...hbqr,hrd->...hbqd"
   return jnp.einsum(spec, buckets, table)
 
 
 def _table_grad(buckets: Array, x: Array, shared: bool) -> Array:
   """Transpose of :func:`_bucket_product` with respect to the table."""
-  return jnp.einsum("hbqr,hbqd->rd" if shared else "hbqr,hbqd->hrd", buckets, x)
-
-
-def _blocks(x: Array, size: int, axis: int) -> Array:
-  """Splits ``axis`` into ``[n, ..., size, ...]`` with the block index first."""
-  shape = x.shape[:axis] + (x.shape[axis] // size, size) + x.shape[axis + 1:]
-  return jnp.moveaxis(x.reshape(shape), axis, 0)
-
-
-def _unblocks(x: Array, axis: int) -> Array:
-  """Inverse of :func:`_blocks`."""
-  x = jnp.moveaxis(x, 0, axis)
-  return x.reshape(x.shape[:axis] + (x.shape[axis] * x.shape[axis + 1],) + x.shape[axis + 2:])
+  return jnp.einsum("...qr,...qd->rd" if shared else "...hbqr,...hbqd->hrd", buckets, x)
 
 
 def _ceil_div(a, b):
@@ -108,9 +96,10 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
                bias_fn: Optional[Callable], dropout_rate: float):
   """The attention core as a ``jax.custom_vjp`` for one static configuration.
 
-  Arguments of the returned function (``[h, b, length, dim]`` layout, query
-  already scaled by 1/sqrt(d); lengths padded to multiples of the blocks):
-  ``q, k, v, key_table, value_table, bias_consts, key_valid [b, Lk] | None,
+  Arguments of the returned function (query already scaled by 1/sqrt(d) and
+  in query blocks ``[nq, h, b, block_q, dim]``, keys and values ``[h, b,
+  length, dim]``; lengths padded to multiples of the blocks; the output is in
+  query blocks like the query): ``q, k, v, key_table, value_table, bias_consts, key_valid [b, Lk] | None,
   mask [h|1, b|1, Lq|1, Lk|1] | None, rel_offset, q_offset, rng``. The tables
   and bias constants are differentiable; masks, offsets and the rng are not.
 
@@ -188,12 +177,13 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
     return jax.random.bernoulli(key, 1.0 - dropout_rate, shape) * keep_scale
 
   def forward(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng):
-    h, b, lq, _ = q.shape
+    nq, h, b = q.shape[:3]
     dtype = q.dtype
 
     def one_query_block(_, inputs):
-      qi, xk, q_index = inputs
+      qi, q_index = inputs
       q0 = q_index * bq
+      xk = None if kt is None else _table_product(qi, kt)
 
       def visit(carry, start, side):
         # m: running max; l: softmax mass; acc: sum_j p_ij v_j; and for a^V (after dropout): buckets, the
@@ -233,18 +223,13 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
       l = jnp.where(l > 0, l, 1)
       extra = {}
       if a_v:  # reduce(P) (after dropout): the band blocks' buckets plus the edge blocks' masses
-        extra["buckets"] = buckets.at[..., 0].add(edge[0]).at[..., -1].add(edge[1]) / l[..., None]
+        buckets = buckets.at[..., 0].add(edge[0]).at[..., -1].add(edge[1])
+        extra["buckets"] = buckets / l[..., None]
+        acc = acc + _bucket_product(buckets, vt)  # z_i += sum_r reduce(alpha)_ir w^V_r
       return None, (acc / l[..., None], m + jnp.log(l), extra)
 
-    # Shaw's small table products run once over all queries, outside the loop
-    # over query blocks: one matmul each instead of one per block.
-    xk = None if kt is None else _blocks(_table_product(q, kt), bq, 2)
-    xs = (_blocks(q, bq, 2), xk, jnp.arange(lq // bq, dtype=jnp.int32))
-    _, (out, lse, extra) = jax.lax.scan(one_query_block, None, xs)
-    out = _unblocks(out, 2)
-    if vt is not None:  # z_i += sum_r reduce(alpha)_ir w^V_r
-      out = out + _bucket_product(_unblocks(extra["buckets"], 2), vt)
-    return out, lse, extra  # [h, b, lq, dv], [nq, h, b, bq], per-block Shaw statistics
+    _, (out, lse, extra) = jax.lax.scan(one_query_block, None, (q, jnp.arange(nq, dtype=jnp.int32)))
+    return out, lse, extra  # [nq, h, b, bq, dv], [nq, h, b, bq], per-block Shaw statistics
 
   @jax.custom_vjp
   def core(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng):
@@ -258,12 +243,14 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
   def core_bwd(residuals, g):
     q, k, v, kt, vt, consts, key_valid, mask, rel_offset, q_offset, rng, out, lse, extra = residuals
     g = g.astype(q.dtype)
-    delta = _blocks(jnp.sum(g * out, axis=-1), bq, 2)  # D_i = g_i . z_i = sum_j p_ij dp_ij  [nq, h, b, bq]
+    delta = jnp.sum(g * out, axis=-1)  # D_i = g_i . z_i = sum_j p_ij dp_ij  [nq, h, b, bq]
 
     def one_query_block(carry, inputs):
-      dk, dv, dconsts = carry
-      qi, gi, xk, gw, lse_i, delta_i, extra_i, q_index = inputs
+      dk, dv, dkt, dvt, dconsts = carry
+      qi, gi, lse_i, delta_i, extra_i, q_index = inputs
       q0 = q_index * bq
+      xk = None if kt is None else _table_product(qi, kt)
+      gw = None if vt is None else _table_product(gi, vt)
 
       def visit(carry, start, side):
         dq, dbuckets, dk, dv, dconsts = carry
@@ -311,23 +298,17 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
       for side, first, last in tiles(q_index, rel_offset, q_offset):
         carry = jax.lax.fori_loop(first, last + 1, lambda t, c, side=side: visit(c, t * bk, side), carry)
       dq, dbuckets, dk, dv, dconsts = carry
-      return (dk, dv, dconsts), (dq, dbuckets)
+      if kt is not None:
+        dq = dq + _bucket_product(dbuckets, kt)
+        dkt = dkt + _table_grad(dbuckets, qi, kt.ndim == 2)
+      if vt is not None:
+        dvt = dvt + _table_grad(extra_i["buckets"], gi, vt.ndim == 2)
+      return (dk, dv, dkt, dvt, dconsts), dq
 
-    # As in the forward pass, the table products and their transposes run once
-    # over all queries, outside the loop.
-    xk = None if kt is None else _table_product(q, kt)
-    gw = None if vt is None else _table_product(g, vt)
-    init = (jnp.zeros_like(k), jnp.zeros_like(v), jax.tree.map(jnp.zeros_like, consts))
-    blocks = lambda x: None if x is None else _blocks(x, bq, 2)
-    xs = (blocks(q), blocks(g), blocks(xk), blocks(gw), lse, delta, extra, jnp.arange(q.shape[2] // bq, dtype=jnp.int32))
-    (dk, dv, dconsts), (dq, dbuckets) = jax.lax.scan(one_query_block, init, xs)
-    dq, dkt, dvt = _unblocks(dq, 2), None, None
-    if kt is not None:
-      dbuckets = _unblocks(dbuckets, 2)
-      dq = dq + _bucket_product(dbuckets, kt)
-      dkt = _table_grad(dbuckets, q, kt.ndim == 2)
-    if vt is not None:
-      dvt = _table_grad(_unblocks(extra["buckets"], 2), g, vt.ndim == 2)
+    zeros = lambda x: None if x is None else jnp.zeros_like(x)
+    init = (jnp.zeros_like(k), jnp.zeros_like(v), zeros(kt), zeros(vt), jax.tree.map(jnp.zeros_like, consts))
+    xs = (q, g, lse, delta, extra, jnp.arange(q.shape[0], dtype=jnp.int32))
+    (dk, dv, dkt, dvt, dconsts), dq = jax.lax.scan(one_query_block, init, xs)
     return dq, dk, dv, dkt, dvt, dconsts, None, None, None, None, None
 
   core.defvjp(core_fwd, core_bwd)
@@ -409,13 +390,13 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
   lk = _ceil_div(k_len, bk) * bk
 
   # Heads lead ([h, b, length, d]): per-head Shaw tables [h, 2k+1, d] then
-  # multiply as a batched matmul over the leading axis, with no transposes.
-  def layout(x, length):  # [b, n, h, d] -> [h, b, length, d] (zero padded) in the compute dtype
-    x = jnp.transpose(x, (2, 0, 1, 3)).astype(dtype)
-    return jnp.pad(x, [(0, 0), (0, 0), (0, length - x.shape[2]), (0, 0)])
+  # multiply as a batched matmul over the head axis, with no transposes. The
+  # query goes straight into its blocks [nq, h, b, bq, d], in the same copy.
+  def pad(x, length):  # [b, n, h, d] -> [b, length, h, d], zero padded, in the compute dtype
+    return jnp.pad(x.astype(dtype), [(0, 0), (0, length - x.shape[1]), (0, 0), (0, 0)])
 
-  q = layout(query / jnp.sqrt(jnp.asarray(d, query.dtype)), lq)
-  k, v = layout(key, lk), layout(value, lk)
+  q = pad(query / jnp.sqrt(jnp.asarray(d, query.dtype)), lq).reshape(b, lq // bq, bq, h, d).transpose(1, 3, 0, 2, 4)
+  k, v = (jnp.transpose(pad(x, lk), (2, 0, 1, 3)) for x in (key, value))
   kt = None if kt is None else kt.astype(dtype)
   vt = None if vt is None else vt.astype(dtype)
   if key_valid is not None:
@@ -436,4 +417,5 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
   core = _make_core(block_q=bq, block_k=bk, k_len=k_len, causal=causal, shaw=relative is not None,
                     max_distance=max_distance, bias_fn=bias_fn, dropout_rate=float(dropout_rate))
   out = core(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, jnp.asarray(q_offset, jnp.int32), rng)
-  return jnp.transpose(out[:, :, :q_len], (1, 2, 0, 3)).astype(value.dtype)
+  out = jnp.transpose(out, (2, 0, 3, 1, 4)).reshape(b, lq, h, value.shape[-1])  # [nq, h, b, bq, d] -> [b, lq, h, d]
+  return out[:, :q_len].astype(value.dtype)
