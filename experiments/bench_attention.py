@@ -287,7 +287,11 @@ def bench_model_step(args) -> dict:
         jax.block_until_ready(compiled(state, batch))
         times[p].append(time.perf_counter() - t0)
     out.update({f"{p}_wall_s": t for p, t in times.items()})
-    out["ratio_wall"] = statistics.median(a / b for a, b in zip(times["shaw"], times["sinusoidal"]))
+    ratios = [a / b for a, b in zip(times["shaw"], times["sinusoidal"])]
+    out["ratio_wall"] = statistics.median(ratios)
+    if len(ratios) >= 2:
+      quartiles = statistics.quantiles(ratios, n=4)
+      out["ratio_wall_quartiles"] = [quartiles[0], quartiles[2]]
     out["ratio_memory"] = out["shaw_memory"]["peak"] / out["sinusoidal_memory"]["peak"]
     out["status"] = "ok"
     return out
@@ -435,6 +439,13 @@ def check_targets(data: dict) -> list[str]:
         out.append(f"{key} at L={data['long']['length']}: {e.get('status')}"
                    + (f", {e['wall_median_s']:.1f} s, est. {e['memory']['peak'] / GB:.2f} GB" if e.get("wall_median_s")
                       else ""))
+  model = data.get("model_step") or {}
+  if model.get("status") == "ok":
+    r = model["ratio_wall"]
+    spread = model.get("ratio_wall_quartiles")
+    spread = f" (quartiles {spread[0]:.3f}-{spread[1]:.3f})" if spread else ""
+    out.append(f"base training step, Shaw / sinusoidal, batch {model['batch']} x {model['length']} tokens: "
+               f"{r:.3f}x{spread} -> {'met' if r <= 1.05 else 'NOT met'} (target <= 1.05x)")
   n = "4096"
   for scheme in ("plain", "shaw"):
     c = data["lengths"].get(n, {}).get(f"{scheme}/chunked", {}).get("memory", {}).get("peak")

@@ -40,3 +40,16 @@ def test_targets_are_judged_on_the_measured_ratios():
   assert any("L=512" in line and "-> met" in line for line in lines)
   assert any("L=1024" in line and "NOT met" in line for line in lines)
   assert any("plain chunked / dense" in line and "-> met" in line for line in lines)
+
+
+def test_model_step_target_is_judged_on_the_median_ratio():
+  def data(ratio):
+    return {"lengths": {}, "model_step": {"status": "ok", "batch": 8, "length": 64, "ratio_wall": ratio,
+                                          "ratio_wall_quartiles": [ratio - 0.02, ratio + 0.02]}}
+
+  met, = [line for line in bench.check_targets(data(1.04)) if "training step" in line]
+  missed, = [line for line in bench.check_targets(data(1.06)) if "training step" in line]
+  assert "-> met" in met and "quartiles 1.020-1.060" in met
+  assert "NOT met" in missed
+  assert not [line for line in bench.check_targets({"lengths": {}, "model_step": {"status": "skipped"}})
+              if "training step" in line]
