@@ -37,7 +37,6 @@ dense path averages all values; skipped causal blocks change that average).
 
 from __future__ import annotations
 
-import functools
 from typing import Callable, Optional
 
 import jax
@@ -55,20 +54,20 @@ Array = jax.Array
 
 
 def _table_product(x: Array, table: Array) -> Array:
-  """``[..., h, b, q, d] x [R, d] | [h, R, d] -> [..., h, b, q, R]``."""
-  spec = "...qd,rd->...qr" if table.ndim == 2 else "...hbqd,hrd->...hbqr"
+  """``[h, b, q, d] x [R, d] | [h, R, d] -> [h, b, q, R]``."""
+  spec = "hbqd,rd->hbqr" if table.ndim == 2 else "hbqd,hrd->hbqr"
   return jnp.einsum(spec, x, table)
 
 
 def _bucket_product(buckets: Array, table: Array) -> Array:
-  """``[..., h, b, q, R] x [R, d] | [h, R, d] -> [..., h, b, q, d]``."""
-  spec = "...qr,rd->...qd" if table.ndim == 2 else "...hbqr,hrd->...hbqd"
+  """``[h, b, q, R] x [R, d] | [h, R, d] -> [h, b, q, d]``."""
+  spec = "hbqr,rd->hbqd" if table.ndim == 2 else "hbqr,hrd->hbqd"
   return jnp.einsum(spec, buckets, table)
 
 
 def _table_grad(buckets: Array, x: Array, shared: bool) -> Array:
   """Transpose of :func:`_bucket_product` with respect to the table."""
-  return jnp.einsum("...qr,...qd->rd" if shared else "...hbqr,...hbqd->hrd", buckets, x)
+  return jnp.einsum("hbqr,hbqd->rd" if shared else "hbqr,hbqd->hrd", buckets, x)
 
 
 def _ceil_div(a, b):

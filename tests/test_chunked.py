@@ -227,19 +227,21 @@ def test_dropout_is_deterministic_per_rng_and_its_gradient_matches_finite_differ
   kt, vt = tables(rng, 1, h=2, d=3)
   rel = attn.Relative(1, kt, vt)
   g = jnp.asarray(rng.normal(size=q.shape))
-  f = jax.jit(lambda q, key: jnp.sum(g * chunked_attention(q, kk, v, relative=rel, dropout_rate=0.4,
-                                                           dropout_rng=key, **BLOCKS)))
-  key = jax.random.PRNGKey(3)
-  assert float(f(q, key)) == float(f(q, key))
-  assert float(f(q, key)) != float(f(q, jax.random.PRNGKey(4)))
+  f = jax.jit(lambda x, key: jnp.sum(g * chunked_attention(
+      x[0], kk, v, relative=attn.Relative(1, x[1], x[2]), dropout_rate=0.4, dropout_rng=key, **BLOCKS)))
+  x, key = (q, kt, vt), jax.random.PRNGKey(3)
+  assert float(f(x, key)) == float(f(x, key))
+  assert float(f(x, key)) != float(f(x, jax.random.PRNGKey(4)))
   no_dropout = jnp.sum(g * chunked_attention(q, kk, v, relative=rel, **BLOCKS))
-  assert float(f(q, key)) != pytest.approx(float(no_dropout))
+  assert float(f(x, key)) != pytest.approx(float(no_dropout))
   # The keep-mask is a fixed function of the rng, so f(., key) is smooth: the
-  # custom backward pass must agree with central differences.
-  direction = jnp.asarray(rng.normal(size=q.shape))
+  # custom backward pass (query and both tables, whose edge buckets take the
+  # dropped masses) must agree with central differences.
+  direction = tuple(jnp.asarray(rng.normal(size=t.shape)) for t in x)
   eps = 1e-6
-  numeric = (f(q + eps * direction, key) - f(q - eps * direction, key)) / (2 * eps)
-  analytic = jnp.sum(jax.grad(f)(q, key) * direction)
+  step = lambda sign: tuple(t + sign * eps * u for t, u in zip(x, direction))
+  numeric = (f(step(1), key) - f(step(-1), key)) / (2 * eps)
+  analytic = sum(jnp.sum(a * u) for a, u in zip(jax.grad(f)(x, key), direction))
   np.testing.assert_allclose(float(analytic), float(numeric), rtol=1e-6)
 
 
