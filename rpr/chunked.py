@@ -195,7 +195,8 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
         m_new = jnp.maximum(m, row_max)
         alpha = jnp.exp(m - m_new)
         p = jnp.exp(s - (m_new if c is None else m_new - c)[..., None])
-        l = l * alpha + p.sum(-1)
+        mass = p.sum(-1)
+        l = l * alpha + mass
         if dropout:
           p = p * keep_mask(rng, q_index, start, p.shape)
         vj = jax.lax.dynamic_slice_in_dim(v, start, bk, axis=2)
@@ -206,7 +207,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
             buckets = buckets + rel._reduce(p, max_distance, rel_offset + q0 - start)
           edge = edge * alpha
           if side != BAND:
-            edge = edge.at[0 if side == LEFT else 1].add(p.sum(-1))
+            edge = edge.at[0 if side == LEFT else 1].add(p.sum(-1) if dropout else mass)  # the kept mass
         return m_new, l, acc, buckets, edge
 
       a_v = shaw and vt is not None
