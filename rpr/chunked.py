@@ -280,12 +280,10 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
             dbuckets = dbuckets + rel._reduce(ds, max_distance, offset)
           else:
             dbuckets = dbuckets.at[..., 0 if side == LEFT else -1].add(ds.sum(-1))
-        dk = jax.lax.dynamic_update_slice_in_dim(
-            dk, jax.lax.dynamic_slice_in_dim(dk, start, bk, axis=2) + jnp.einsum("hbqk,hbqd->hbkd", ds, qi), start,
-            axis=2)
-        dv = jax.lax.dynamic_update_slice_in_dim(
-            dv, jax.lax.dynamic_slice_in_dim(dv, start, bk, axis=2) + jnp.einsum("hbqk,hbqd->hbkd", p_drop, gi), start,
-            axis=2)
+        # dk and dv accumulate transposed, [h, b, d, k]: XLA:CPU's fast matmuls take "qd,qk->dk" but
+        # not "qk,qd->kd", which contracts both operands' row axis (1.4x the time per block).
+        dk = _add_at(dk, start, bk, jnp.einsum("hbqd,hbqk->hbdk", qi, ds))
+        dv = _add_at(dv, start, bk, jnp.einsum("hbqd,hbqk->hbdk", gi, p_drop))
         if bias_fn is not None:
           ct = ds.sum(1)
           if bias.shape[0] == 1:
@@ -306,13 +304,22 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
       return (dk, dv, dkt, dvt, dconsts), dq
 
     zeros = lambda x: None if x is None else jnp.zeros_like(x)
-    init = (jnp.zeros_like(k), jnp.zeros_like(v), zeros(kt), zeros(vt), jax.tree.map(jnp.zeros_like, consts))
+    transposed_zeros = lambda x: jnp.zeros(x.shape[:2] + x.shape[:1:-1], x.dtype)  # [h, b, d, length]
+    init = (transposed_zeros(k), transposed_zeros(v), zeros(kt), zeros(vt), jax.tree.map(jnp.zeros_like, consts))
     xs = (q, g, lse, delta, extra, jnp.arange(q.shape[0], dtype=jnp.int32))
     (dk, dv, dkt, dvt, dconsts), dq = jax.lax.scan(one_query_block, init, xs)
+    dk, dv = jnp.swapaxes(dk, 2, 3), jnp.swapaxes(dv, 2, 3)
     return dq, dk, dv, dkt, dvt, dconsts, None, None, None, None, None
 
   core.defvjp(core_fwd, core_bwd)
   return core
+
+
+def _add_at(x: Array, start, size: int, update: Array) -> Array:
+  """``x[..., start:start + size] += update`` along the last axis."""
+  axis = x.ndim - 1
+  current = jax.lax.dynamic_slice_in_dim(x, start, size, axis=axis)
+  return jax.lax.dynamic_update_slice_in_dim(x, current + update, start, axis=axis)
 
 
 def _and(a: Optional[Array], b: Array) -> Array:
