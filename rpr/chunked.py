@@ -23,7 +23,11 @@ Position schemes per block ``(I, J)`` (query rows from ``q0``, keys from ``k0``)
   ``|j - i - offset| < k`` crosses need these maps: every other block holds a
   single bucket (``0`` or ``2k``), where the a^K term is a per-row constant
   folded into the softmax's row shift and the a^V term is the block's share
-  of the softmax mass (see :func:`_make_core`).
+  of the softmax mass (see :func:`_make_core`). With square blocks and a
+  static offset, the blocks beside the diagonal one hold only a
+  ``(k-1) x (k-1)`` corner of the band: they run as single-bucket blocks
+  with that corner corrected, so the full maps run on one block per query
+  block (:func:`band_plan`).
 * T5 / ALiBi (``bias_fn``): the scheme's ``bias_fn(q_pos, k_pos) -> [h, q, k]``
   evaluated on the block's positions; its parameters (T5's table) get
   gradients through ``jax.closure_convert``.
@@ -37,7 +41,7 @@ dense path averages all values; skipped causal blocks change that average).
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -80,11 +84,61 @@ def _ceil_div(a, b):
 LEFT, RIGHT, BAND = "left", "right", "band"
 
 
-def _edge_column(x: Optional[Array], side: Optional[str]) -> Optional[Array]:
+class Corner(NamedTuple):
+  """A key block on one ``side`` of the band except for a static box ``rows x cols`` that the band crosses.
+
+  With square blocks and a static offset, the blocks beside a query
+  block's diagonal block hold only a ``(k-1) x (k-1)`` corner of the band.
+  ``offset`` is the relative-distance offset inside the box.
+  """
+  side: str
+  rows: slice
+  cols: slice
+  offset: int
+
+
+def _side(side) -> Optional[str]:
+  return side.side if isinstance(side, Corner) else side
+
+
+def _edge_column(x: Optional[Array], side) -> Optional[Array]:
   """The one bucket of a block wholly left (bucket 0) or right (bucket 2k) of the band, per row."""
+  side = _side(side)
   if x is None or side not in (LEFT, RIGHT):
     return None
   return x[..., 0] if side == LEFT else x[..., -1]
+
+
+def band_plan(block: int, max_distance: int, offset: int) -> list:
+  """Which diagonals of ``block`` x ``block`` tiles Shaw's band crosses, for a static offset.
+
+  Returns ``[(delta, side)]``: key block ``J = I + delta`` crosses query
+  block ``I``'s band, and ``side`` is :data:`BAND` (the exact maps on the
+  whole block) or a :class:`Corner`. Key blocks left of the first delta
+  hold only bucket 0; right of the last, only bucket 2k.
+  """
+  k = max_distance
+  i = np.arange(block)[:, None]
+  j = np.arange(block)[None, :]
+  reach = (k + abs(offset)) // block + 2
+  plan = []
+  for delta in range(-reach, reach + 1):
+    d = j - i - (offset - delta * block)  # the relative distance of each cell of block (I, I + delta)
+    band = np.abs(d) < k
+    if not band.any():
+      continue
+    rows, cols = np.nonzero(band.any(1))[0], np.nonzero(band.any(0))[0]
+    box = np.zeros_like(band)
+    box[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1] = True
+    outside = d[~box]
+    side = BAND
+    if outside.size and 2 * box.sum() <= band.size and (np.all(outside <= -k) or np.all(outside >= k)):
+      side = Corner(LEFT if outside[0] <= -k else RIGHT, slice(int(rows[0]), int(rows[-1]) + 1),
+                    slice(int(cols[0]), int(cols[-1]) + 1), int(offset - delta * block + rows[0] - cols[0]))
+    plan.append((delta, side))
+  deltas = [delta for delta, _ in plan]
+  assert deltas == list(range(deltas[0], deltas[-1] + 1)), deltas
+  return plan
 
 
 # ----------------------------------------------------------------------------
@@ -92,7 +146,7 @@ def _edge_column(x: Optional[Array], side: Optional[str]) -> Optional[Array]:
 
 
 def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bool, max_distance: int,
-               bias_fn: Optional[Callable], dropout_rate: float):
+               static_offset: Optional[int], bias_fn: Optional[Callable], dropout_rate: float):
   """The attention core as a ``jax.custom_vjp`` for one static configuration.
 
   Arguments of the returned function (query already scaled by 1/sqrt(d) and
@@ -112,12 +166,28 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
   the backward pass its a^V term folds into ``D_i`` and its a^K bucket
   gradient is the row sum of ``ds``. So edge blocks cost what plain attention
   costs, and Shaw's extra elementwise work is confined to the two or three
-  blocks per query block that the band crosses.
+  blocks per query block that the band crosses. With square blocks and a
+  static offset (``static_offset``, the training case) those blocks are
+  static diagonals (:func:`band_plan`), and the ones beside the diagonal
+  block are edge blocks with a small :class:`Corner` corrected.
   """
   bq, bk = block_q, block_k
   n_buckets = 2 * max_distance + 1
   dropout = dropout_rate > 0
   keep_scale = 1.0 / (1.0 - dropout_rate) if dropout else 1.0
+  plan = None
+  if shaw and static_offset is not None and bq == bk and max_distance > 0:
+    plan = band_plan(bq, max_distance, static_offset)
+
+  def expand_corner(x, corner, column):
+    """The corner box's exact a^K terms (or a^V gradients) minus the block's edge ``column``."""
+    width = corner.cols.stop - corner.cols.start
+    return rel._expand(x[..., corner.rows, :], width, max_distance, corner.offset) - column[..., corner.rows, None]
+
+  def reduce_corner(x, corner):
+    """The corner box's bucket sums minus its cells' share of the edge bucket: ``[..., rows, 2k+1]``."""
+    xc = x[..., corner.rows, corner.cols]
+    return rel._reduce(xc, max_distance, corner.offset).at[..., 0 if corner.side == LEFT else -1].add(-xc.sum(-1))
 
   def tiles(q_index, rel_offset, q_offset):
     """``[(side, first, last)]``: key blocks ``first..last`` lie on ``side`` of this query block's band."""
@@ -128,6 +198,11 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
       last = jnp.clip((q_offset + q0 + bq - 1) // bk, 0, nk - 1)
     if not shaw:
       return [(None, 0, last)]
+    if plan is not None:  # static diagonals J = I + delta, each visited once if in range
+      first_delta, last_delta = plan[0][0], plan[-1][0]
+      return ([(LEFT, 0, jnp.minimum(q_index + first_delta - 1, last))]
+              + [(side, jnp.maximum(q_index + delta, 0), jnp.minimum(q_index + delta, last)) for delta, side in plan]
+              + [(RIGHT, jnp.maximum(q_index + last_delta + 1, 0), last)])
     # Keys a..z hold the band |j - i - offset| < k of rows q0..q0+bq-1;
     # blocks before a's block see only bucket 0, blocks after z's only 2k.
     a = q0 + rel_offset - (max_distance - 1)
@@ -144,6 +219,8 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
     s = jnp.einsum("hbqd,hbkd->hbqk", qi, kj)
     if xk is not None and side == BAND:
       s = s + rel._expand(xk, bk, max_distance, rel_offset + q0 - start).astype(s.dtype)
+    if xk is not None and isinstance(side, Corner):
+      s = s.at[..., side.rows, side.cols].add(expand_corner(xk, side, _edge_column(xk, side)).astype(s.dtype))
     if bias is not None:
       s = s + bias[:, None].astype(s.dtype)  # [h | 1, 1, bq, bk]
     k_pos = start + jnp.arange(bk, dtype=jnp.int32)
@@ -207,7 +284,9 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
             buckets = buckets + rel._reduce(p, max_distance, rel_offset + q0 - start)
           edge = edge * alpha
           if side != BAND:
-            edge = edge.at[0 if side == LEFT else 1].add(p.sum(-1) if dropout else mass)  # the kept mass
+            edge = edge.at[0 if _side(side) == LEFT else 1].add(p.sum(-1) if dropout else mass)  # the kept mass
+          if isinstance(side, Corner):  # the corner's cells move from the edge bucket to their own
+            buckets = buckets.at[..., side.rows, :].add(reduce_corner(p, side))
         return m_new, l, acc, buckets, edge
 
       a_v = shaw and vt is not None
@@ -265,6 +344,8 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
         offset = rel_offset + q0 - start
         if gw is not None and side == BAND:
           dp = dp + rel._expand(gw, bk, max_distance, offset).astype(dp.dtype)
+        if gw is not None and isinstance(side, Corner):
+          dp = dp.at[..., side.rows, side.cols].add(expand_corner(gw, side, e).astype(dp.dtype))
         p_drop = p
         if dropout:
           keep = keep_mask(rng, q_index, start, p.shape)
@@ -279,7 +360,9 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
           if side == BAND:
             dbuckets = dbuckets + rel._reduce(ds, max_distance, offset)
           else:
-            dbuckets = dbuckets.at[..., 0 if side == LEFT else -1].add(ds.sum(-1))
+            dbuckets = dbuckets.at[..., 0 if _side(side) == LEFT else -1].add(ds.sum(-1))
+          if isinstance(side, Corner):
+            dbuckets = dbuckets.at[..., side.rows, :].add(reduce_corner(ds, side))
         # dk and dv accumulate transposed, [h, b, d, k]: XLA:CPU's fast matmuls take "qd,qk->dk" but
         # not "qk,qd->kd", which contracts both operands' row axis (1.4x the time per block).
         dk = _add_at(dk, start, bk, jnp.einsum("hbqd,hbqk->hbdk", qi, ds))
@@ -380,6 +463,7 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
     raise ValueError("dropout_rate > 0 needs a dropout_rng")
   kt = vt = None
   max_distance = 0
+  static_offset = None
   rel_offset = jnp.zeros((), jnp.int32)
   if relative is not None:
     if relative.ids is not None:
@@ -389,6 +473,8 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
     max_distance = rel.check_max_distance(relative.max_distance)
     kt, vt = relative.key_table, relative.value_table
     rel_offset = jnp.asarray(relative.offset, jnp.int32)
+    if isinstance(relative.offset, (int, np.integer)) and not isinstance(relative.offset, bool):
+      static_offset = int(relative.offset)
 
   dtype = jnp.promote_types(query.dtype, jnp.float32)
   bq = min(block_q, q_len)
@@ -422,7 +508,7 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
     consts = tuple(consts)
   rng = dropout_rng if dropout_rate > 0 else jax.random.PRNGKey(0)
   core = _make_core(block_q=bq, block_k=bk, k_len=k_len, causal=causal, shaw=relative is not None,
-                    max_distance=max_distance, bias_fn=bias_fn, dropout_rate=float(dropout_rate))
+                    max_distance=max_distance, static_offset=static_offset, bias_fn=bias_fn, dropout_rate=float(dropout_rate))
   out = core(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, jnp.asarray(q_offset, jnp.int32), rng)
   out = jnp.transpose(out, (2, 0, 3, 1, 4)).reshape(b, lq, h, value.shape[-1])  # [nq, h, b, bq, d] -> [b, lq, h, d]
   return out[:, :q_len].astype(value.dtype)

@@ -14,7 +14,7 @@ import pytest
 
 from rpr import attention as attn
 from rpr import positions
-from rpr.chunked import chunked_attention
+from rpr.chunked import BAND, LEFT, Corner, band_plan, chunked_attention
 from rpr.layers import MultiHeadAttention
 
 BLOCKS = dict(block_q=3, block_k=4)
@@ -159,6 +159,60 @@ def test_block_sizes_do_not_change_the_result(x64, rng, block_q, block_k):
   compare(dense, chunked, (q, kk, v, kt, vt), g)
 
 
+@pytest.mark.parametrize("block,k,offset", [(8, 3, 0), (8, 3, 4), (8, 3, -11), (8, 3, 13), (128, 16, 0), (16, 16, 0),
+                                            (6, 2, -1), (4, 5, 2), (1, 2, 1)])
+def test_band_plan_classifies_every_block(block, k, offset):
+  # Against the bucket of every cell of a 5 x 9 grid of blocks (query block
+  # I = 2 and key blocks J = I - 4 .. I + 4): blocks before the plan's first
+  # diagonal hold only bucket 0, after its last only bucket 2k; a corner
+  # block holds its side's bucket outside its box.
+  plan = band_plan(block, k, offset)
+  i = 2 * block + np.arange(block)[:, None]
+  sides = dict(plan)
+  for delta in range(-4, 5):
+    buckets = np.clip(((2 + delta) * block + np.arange(block))[None, :] - i - offset, -k, k) + k
+    if delta < plan[0][0]:
+      assert (buckets == 0).all(), delta
+    elif delta > plan[-1][0]:
+      assert (buckets == 2 * k).all(), delta
+    elif isinstance(sides[delta], Corner):
+      corner = sides[delta]
+      outside = np.ones_like(buckets, bool)
+      outside[corner.rows, corner.cols] = False
+      assert (buckets[outside] == (0 if corner.side == LEFT else 2 * k)).all(), delta
+      box = buckets[corner.rows, corner.cols]
+      j = np.arange(box.shape[1])[None, :] - np.arange(box.shape[0])[:, None] - corner.offset
+      np.testing.assert_array_equal(box, np.clip(j, -k, k) + k)
+    else:
+      assert sides[delta] == BAND
+  if (block, k, offset) == (128, 16, 0):  # the benchmark's case: a corner either side of the diagonal block
+    assert [type(side) for _, side in plan] == [Corner, str, Corner]
+
+
+# Square blocks with a static offset take the planned path (band_plan): the
+# blocks beside each query block's diagonal block are edge blocks with a
+# corner of the band corrected, in both passes.
+@pytest.mark.parametrize("nq,nk,offset", [(29, 29, 0), (21, 30, 3), (24, 19, -11), (16, 40, -16)])
+@pytest.mark.parametrize("terms,causal,padded", [("kv", False, False), ("kv", True, True), ("k", False, True),
+                                                 ("v", True, False)])
+def test_shaw_corner_blocks_match_dense(x64, rng, nq, nk, offset, terms, causal, padded):
+  block, k, b, h = 8, 3, 2, 2
+  assert any(isinstance(side, Corner) for _, side in band_plan(block, k, offset))
+  q, kk, v = qkv(rng, b, nq, nk, h)
+  kt, vt = tables(rng, k, h)
+  key_valid = jnp.asarray(np.arange(nk)[None, :] < np.array([[nk], [nk - 7]])) if padded else None
+  mask = dense_mask(b, nq, nk, key_valid, causal, offset)
+  g = jnp.asarray(rng.normal(size=q.shape)) * visible_rows(mask, b, h, nq)
+
+  def rel(kt, vt):
+    return attn.Relative(k, kt if "k" in terms else None, vt if "v" in terms else None, offset=offset)
+
+  dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
+  chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), key_valid=key_valid,
+                                                       causal=causal, q_offset=offset, block_q=block, block_k=block)
+  compare(dense, chunked, (q, kk, v, kt, vt), g)
+
+
 def test_decoder_step_with_traced_offset(x64, rng):
   # One query at a traced position t over a cache of 9 keys, as in cached decoding.
   q, kk, v = qkv(rng, nq=1)
@@ -222,17 +276,20 @@ def test_bias_and_rotary_schemes_match_dense_with_parameter_gradients(x64, rng, 
 # Dropout, dtypes, memory, errors.
 
 
-def test_dropout_is_deterministic_per_rng_and_its_gradient_matches_finite_differences(x64, rng):
-  q, kk, v = qkv(rng, b=1, nq=5, nk=6, h=2, d=3)
-  kt, vt = tables(rng, 1, h=2, d=3)
-  rel = attn.Relative(1, kt, vt)
+# Blocks (3, 4) take the general band loops; square blocks (5, 5) with k = 2
+# the planned path, whose off-diagonal blocks have a one-cell corner.
+@pytest.mark.parametrize("n,k,blocks", [(6, 1, BLOCKS), (11, 2, dict(block_q=5, block_k=5))])
+def test_dropout_is_deterministic_per_rng_and_its_gradient_matches_finite_differences(x64, rng, n, k, blocks):
+  q, kk, v = qkv(rng, b=1, nq=n - 1, nk=n, h=2, d=3)
+  kt, vt = tables(rng, k, h=2, d=3)
+  rel = attn.Relative(k, kt, vt)
   g = jnp.asarray(rng.normal(size=q.shape))
   f = jax.jit(lambda x, key: jnp.sum(g * chunked_attention(
-      x[0], kk, v, relative=attn.Relative(1, x[1], x[2]), dropout_rate=0.4, dropout_rng=key, **BLOCKS)))
+      x[0], kk, v, relative=attn.Relative(k, x[1], x[2]), dropout_rate=0.4, dropout_rng=key, **blocks)))
   x, key = (q, kt, vt), jax.random.PRNGKey(3)
   assert float(f(x, key)) == float(f(x, key))
   assert float(f(x, key)) != float(f(x, jax.random.PRNGKey(4)))
-  no_dropout = jnp.sum(g * chunked_attention(q, kk, v, relative=rel, **BLOCKS))
+  no_dropout = jnp.sum(g * chunked_attention(q, kk, v, relative=rel, **blocks))
   assert float(f(x, key)) != pytest.approx(float(no_dropout))
   # The keep-mask is a fixed function of the rng, so f(., key) is smooth: the
   # custom backward pass (query and both tables, whose edge buckets take the
