@@ -264,10 +264,12 @@ def bench_model_step(args) -> dict:
     rng = np.random.default_rng(0)
     batch = {"inputs": jnp.asarray(rng.integers(3, 1000, (args.model_batch, args.model_length)), jnp.int32),
              "targets": jnp.asarray(rng.integers(3, 1000, (args.model_batch, args.model_length)), jnp.int32)}
-    steps, out = {}, {"batch": args.model_batch, "length": args.model_length, "preset": args.model_preset}
+    steps, out = {}, {"batch": args.model_batch, "length": args.model_length, "preset": args.model_preset,
+                      "implementation": args.model_implementation}
     for position in ("sinusoidal", "shaw"):
       config = model_lib.preset(args.model_preset, encoder_position=position, decoder_position=position,
-                                max_length=max(256, args.model_length))
+                                max_length=max(256, args.model_length),
+                                attention_implementation=args.model_implementation)
       model = model_lib.Transformer(config)
       tx = optax.adam(1e-4)
       state = train_lib.init_state(jax.random.PRNGKey(0), model, tx, args.model_length, args.model_length)
@@ -444,7 +446,8 @@ def check_targets(data: dict) -> list[str]:
     r = model["ratio_wall"]
     spread = model.get("ratio_wall_quartiles")
     spread = f" (quartiles {spread[0]:.3f}-{spread[1]:.3f})" if spread else ""
-    out.append(f"base training step, Shaw / sinusoidal, batch {model['batch']} x {model['length']} tokens: "
+    out.append(f"base training step, Shaw / sinusoidal, batch {model['batch']} x {model['length']} tokens, "
+               f"{model.get('implementation', 'dense')} attention: "
                f"{r:.3f}x{spread} -> {'met' if r <= 1.05 else 'NOT met'} (target <= 1.05x)")
   n = "4096"
   for scheme in ("plain", "shaw"):
@@ -485,6 +488,8 @@ def parse_args(argv=None):
   p.add_argument("--model_batch", type=int, default=8)
   p.add_argument("--model_length", type=int, default=64)
   p.add_argument("--model_repeats", type=int, default=5)
+  p.add_argument("--model_implementation", default="dense", choices=["dense", "chunked"],
+                 help="attention_implementation of every attention layer, on both sides of the model-step ratio")
   p.add_argument("--out", default=None)
   p.add_argument("--report_only", action="store_true",
                  help="re-render README.md from --out's results.json (e.g. after editing notes.md)")
