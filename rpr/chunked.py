@@ -24,10 +24,10 @@ Position schemes per block ``(I, J)`` (query rows from ``q0``, keys from ``k0``)
   single bucket (``0`` or ``2k``), where the a^K term is a per-row constant
   folded into the softmax's row shift and the a^V term is the block's share
   of the softmax mass (see :func:`_make_core`). With square blocks and a
-  static offset, the blocks beside the diagonal one hold only a
-  ``(k-1) x (k-1)`` corner of the band: they run as single-bucket blocks
-  with that corner corrected, so the full maps run on one block per query
-  block (:func:`band_plan`).
+  static offset, the blocks beside the diagonal one hold only a small
+  corner of the band: they run as single-bucket blocks with that corner
+  corrected, so the full maps run on one block per query block (two when
+  the offset puts the band across a block edge; :func:`band_plan`).
 * T5 / ALiBi (``bias_fn``): the scheme's ``bias_fn(q_pos, k_pos) -> [h, q, k]``
   evaluated on the block's positions; its parameters (T5's table) get
   gradients through ``jax.closure_convert``.
@@ -88,8 +88,9 @@ class Corner(NamedTuple):
   """A key block on one ``side`` of the band except for a static box ``rows x cols`` that the band crosses.
 
   With square blocks and a static offset, the blocks beside a query
-  block's diagonal block hold only a ``(k-1) x (k-1)`` corner of the band.
-  ``offset`` is the relative-distance offset inside the box.
+  block's diagonal block hold only a corner of the band (``(k-1) x (k-1)``
+  when the offset is a multiple of the block). ``offset`` is the
+  relative-distance offset inside the box.
   """
   side: str
   rows: slice
