@@ -33,6 +33,7 @@ import importlib.util
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -515,7 +516,7 @@ def main(argv=None):
     data["targets"] = check_targets(data)
     write_report(data, args.out)
     return
-  data = {"command": "python -m experiments.bench_attention " + " ".join(argv), "args": vars(args),
+  data = {"command": "python -m experiments.bench_attention " + shlex.join(argv), "args": vars(args),
           "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
           "load_start": round(os.getloadavg()[0], 2), "lengths": {}}
   print(json.dumps(data["machine"]), flush=True)
