@@ -115,8 +115,10 @@ def band_plan(block: int, max_distance: int, offset: int) -> list:
 
   Returns ``[(delta, side)]``: key block ``J = I + delta`` crosses query
   block ``I``'s band, and ``side`` is :data:`BAND` (the exact maps on the
-  whole block) or a :class:`Corner`. Key blocks left of the first delta
-  hold only bucket 0; right of the last, only bucket 2k.
+  whole block) or a :class:`Corner` (when every cell outside the band's
+  bounding box lies on one side and the box covers at most half the
+  block). Key blocks left of the first delta hold only bucket 0; right of
+  the last, only bucket 2k.
   """
   k = max_distance
   i = np.arange(block)[:, None]
@@ -509,7 +511,8 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
     consts = tuple(consts)
   rng = dropout_rng if dropout_rate > 0 else jax.random.PRNGKey(0)
   core = _make_core(block_q=bq, block_k=bk, k_len=k_len, causal=causal, shaw=relative is not None,
-                    max_distance=max_distance, static_offset=static_offset, bias_fn=bias_fn, dropout_rate=float(dropout_rate))
+                    max_distance=max_distance, static_offset=static_offset, bias_fn=bias_fn,
+                    dropout_rate=float(dropout_rate))
   out = core(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, jnp.asarray(q_offset, jnp.int32), rng)
   out = jnp.transpose(out, (2, 0, 3, 1, 4)).reshape(b, lq, h, value.shape[-1])  # [nq, h, b, bq, d] -> [b, lq, h, d]
   return out[:, :q_len].astype(value.dtype)
