@@ -102,12 +102,17 @@ def _side(side) -> Optional[str]:
   return side.side if isinstance(side, Corner) else side
 
 
+def _edge_index(side) -> int:
+  """Where an edge block's single bucket sits: 0 (left of the band) or -1 (bucket 2k, right of it)."""
+  return 0 if _side(side) == LEFT else -1
+
+
 def _edge_column(x: Optional[Array], side) -> Optional[Array]:
   """The one bucket of a block wholly left (bucket 0) or right (bucket 2k) of the band, per row."""
   side = _side(side)
   if x is None or side not in (LEFT, RIGHT):
     return None
-  return x[..., 0] if side == LEFT else x[..., -1]
+  return x[..., _edge_index(side)]
 
 
 def band_plan(block: int, max_distance: int, offset: int) -> list:
@@ -190,7 +195,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
   def reduce_corner(x, corner):
     """The corner box's bucket sums minus its cells' share of the edge bucket: ``[..., rows, 2k+1]``."""
     xc = x[..., corner.rows, corner.cols]
-    return rel._reduce(xc, max_distance, corner.offset).at[..., 0 if corner.side == LEFT else -1].add(-xc.sum(-1))
+    return rel._reduce(xc, max_distance, corner.offset).at[..., _edge_index(corner)].add(-xc.sum(-1))
 
   def tiles(q_index, rel_offset, q_offset):
     """``[(side, first, last)]``: key blocks ``first..last`` lie on ``side`` of this query block's band."""
@@ -287,7 +292,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
             buckets = buckets + rel._reduce(p, max_distance, rel_offset + q0 - start)
           edge = edge * alpha
           if side != BAND:
-            edge = edge.at[0 if _side(side) == LEFT else 1].add(p.sum(-1) if dropout else mass)  # the kept mass
+            edge = edge.at[_edge_index(side)].add(p.sum(-1) if dropout else mass)  # the kept mass
           if isinstance(side, Corner):  # the corner's cells move from the edge bucket to their own
             buckets = buckets.at[..., side.rows, :].add(reduce_corner(p, side))
         return m_new, l, acc, buckets, edge
@@ -363,7 +368,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
           if side == BAND:
             dbuckets = dbuckets + rel._reduce(ds, max_distance, offset)
           else:
-            dbuckets = dbuckets.at[..., 0 if _side(side) == LEFT else -1].add(ds.sum(-1))
+            dbuckets = dbuckets.at[..., _edge_index(side)].add(ds.sum(-1))
           if isinstance(side, Corner):
             dbuckets = dbuckets.at[..., side.rows, :].add(reduce_corner(ds, side))
         # dk and dv accumulate transposed, [h, b, d, k]: XLA:CPU's fast matmuls take "qd,qk->dk" but

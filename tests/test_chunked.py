@@ -162,10 +162,10 @@ def test_block_sizes_do_not_change_the_result(x64, rng, block_q, block_k):
 @pytest.mark.parametrize("block,k,offset", [(8, 3, 0), (8, 3, 4), (8, 3, -11), (8, 3, 13), (128, 16, 0), (16, 16, 0),
                                             (6, 2, -1), (4, 5, 2), (1, 2, 1)])
 def test_band_plan_classifies_every_block(block, k, offset):
-  # Against the bucket of every cell of a 5 x 9 grid of blocks (query block
-  # I = 2 and key blocks J = I - 4 .. I + 4): blocks before the plan's first
-  # diagonal hold only bucket 0, after its last only bucket 2k; a corner
-  # block holds its side's bucket outside its box.
+  # Against the bucket of every cell of query block I = 2 with key blocks
+  # J = I - 4 .. I + 4: blocks before the plan's first diagonal hold only
+  # bucket 0, after its last only bucket 2k; a corner block holds its side's
+  # bucket outside its box and the exact buckets inside it.
   plan = band_plan(block, k, offset)
   i = 2 * block + np.arange(block)[:, None]
   sides = dict(plan)
