@@ -1,10 +1,16 @@
 """Trains and evaluates one experiment: ``python run.py --config=configs/<name>.py[:variant] --workdir=<dir>``.
 
-With no flags it runs ``configs/arithmetic.py:quick`` in ``workdirs/default``
+Without ``--config`` it runs ``configs/arithmetic.py:quick`` in ``workdirs/default``
 (CPU-sized, a few minutes): seed 002's arithmetic trained once with a position
-encoding and once without, printed beside the bag-of-characters bound. A
-config that names schemes in ``compare_positions`` is trained once per scheme
-(:func:`rpr.compare.compare_positions`); any other is one run.
+encoding and once without, printed beside the bag-of-characters bound
+(:func:`experiments.compare.compare_positions`). With ``--config`` it is one run.
+
+A user error (a config key or value, a variant word, a flag, the workdir)
+ends the run with one line on stderr naming the bad thing and what is
+allowed, and exit status 2; ``--debug`` (or ``RPR_DEBUG=1``) shows the
+traceback instead. ``--print_config`` prints the resolved config (every key,
+documented in configs/base.py) and exits. A killed run resumes from its last
+checkpoint when the same command runs again.
 Single keys are overridden with ``--config.<key>=<value>``. On a multi-host
 cluster (TPU pod slice, several GPU hosts) pass ``--multihost`` on every host
 so that ``jax.distributed.initialize()`` runs before JAX is used.
@@ -12,6 +18,7 @@ so that ``jax.distributed.initialize()`` runs before JAX is used.
 
 import logging as pylogging
 import os
+import sys
 
 from absl import app
 from absl import flags
@@ -24,7 +31,40 @@ _CONFIG = config_flags.DEFINE_config_file(
     "Experiment config file (Python, get_config), optionally with :variant.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", os.path.join(_HERE, "workdirs", "default"),
                                "Directory of the run: config, metrics, TensorBoard events, checkpoints.")
+QUICK_SCHEMES = ("sinusoidal", "none")  # one scheme that sees the order, one that cannot
+STOPPED = 3  # exit status of a run a signal stopped (checkpoint saved; the same command resumes)
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first (one process per host).")
+_PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print the resolved config and exit.")
+_DEBUG = flags.DEFINE_bool("debug", False, "Show the traceback of a user error instead of one line.")
+
+
+def _debugging(argv=()) -> bool:
+  return "--debug" in argv or os.environ.get("RPR_DEBUG") == "1" or (flags.FLAGS.is_parsed() and _DEBUG.value)
+
+
+def _fail(message: str) -> None:
+  """One line on stderr and exit status 2: a user error, not a bug."""
+  print(f"run.py: error: {message}", file=sys.stderr, flush=True)
+  sys.exit(2)
+
+
+def _parse_flags(argv):
+  """absl's flag parsing; a bad flag or config override is one line, not a traceback."""
+  try:
+    return flags.FLAGS(argv)
+  except (flags.Error, KeyError, ValueError, TypeError, AttributeError) as e:
+    if _debugging(argv):
+      raise
+    message = str(e)
+    if isinstance(e, KeyError):  # an override of a key the config does not have
+      overrides = [a for a in argv if a.startswith("--config.")]
+      _fail(f"unknown config key {message} in {overrides}; the keys: --print_config (documented in configs/base.py)")
+    if "Traceback (most recent call last)" in message:  # config_flags wraps what the config file raised
+      last = message.strip().splitlines()[-1]
+      if not last.startswith("ValueError: "):
+        raise  # a bug in the config file, not a bad value: keep the traceback
+      message = last[len("ValueError: "):]
+    _fail(message)
 
 
 class _OrbaxInfoFilter(pylogging.Filter):
@@ -36,7 +76,21 @@ class _OrbaxInfoFilter(pylogging.Filter):
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    _fail(f"unexpected arguments {argv[1:]}; allowed: flags only (--config, --workdir, ...; see --help)")
+  if _PRINT_CONFIG.value:
+    print(_CONFIG.value)
+    return
+  try:
+    _run()
+  except Exception as e:  # user errors are one line; bugs keep their traceback
+    from rpr import run_config
+
+    if isinstance(e, run_config.ConfigError) and not _debugging():
+      _fail(str(e))
+    raise
+
+
+def _run():
   logging.get_absl_handler().addFilter(_OrbaxInfoFilter())
   import jax  # after flag parsing, so --multihost can initialise the runtime first
 
@@ -46,14 +100,16 @@ def main(argv):
 
   logging.info("JAX process %d of %d, %d local / %d global devices (%s).", jax.process_index(), jax.process_count(),
                jax.local_device_count(), jax.device_count(), jax.devices()[0].platform)
-  if _CONFIG.value.get("compare_positions"):
-    from rpr import compare
+  if not flags.FLAGS["config"].present:  # the default: the quick comparison
+    from experiments import compare
 
-    compare.compare_positions(_CONFIG.value, _WORKDIR.value)
+    compare.compare_positions(_CONFIG.value, _WORKDIR.value, QUICK_SCHEMES)
     return
   results = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   logging.info("Final metrics: %s", ", ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
+  if results.get("stopped_by_signal"):
+    sys.exit(STOPPED)  # saved and resumable, but not finished
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)

@@ -17,11 +17,13 @@ Command (from the repository root), one run per position scheme::
   .venv/bin/python run.py --config=configs/arithmetic.py:pe=shaw,k=16 --workdir=workdirs/arith_shaw
   .venv/bin/python run.py --config=configs/arithmetic.py:pe=alibi,directional=1 --workdir=workdirs/arith_alibi_dir
 
-Variant keys (comma separated): ``pe`` = none, sinusoidal, learned, shaw, t5,
-rope or alibi (default sinusoidal); ``k`` = Shaw's clipping distance;
-``directional`` = 0/1 for ALiBi; ``seed``; ``config`` = the data set's
-builder config (e.g. ``n1000_addsub``). The whole comparison (every scheme,
-3 seeds, report and attention maps) is ``python -m experiments.arithmetic``.
+Variant keys (comma separated): ``pe`` = a scheme of rpr.attention.SCHEMES
+(default sinusoidal); ``k`` = Shaw's clipping distance (pe=shaw only);
+``directional=1`` = ALiBi with a halved slope to the right (the same as
+``pe=alibi_directional``); ``seed``; ``config`` = the data set's builder
+config (e.g. ``n1000_addsub``); the flag ``quick`` is ``python run.py``'s
+default length. The whole comparison (every scheme, 3 seeds, report and
+attention maps) is ``python -m experiments.sweep arithmetic``.
 
 Expected result (``python -m experiments.arithmetic --workers=2``: 8 schemes x
 3 seeds, 7,000 steps each, 51 minutes on 2 CPU cores; greedy exact match on
@@ -35,87 +37,48 @@ and none 2.4% (bound 4.3%).
 """
 
 import ml_collections
-from ml_collections import config_dict
 
-from rpr.run_config import parse_variant
-
-SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "rope", "alibi")
+from configs import base
 
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
+  where = "configs/arithmetic.py"
+  flags, settings = base.parse_variant(
+      variant, where, flags=("quick",),
+      keys={**base.SCHEME_KEYS, "seed": base.integer(0), "config": str})
+  c = base.get_config()
 
   # Data.
   c.dataset = "arithmetic"  # rpr.data name: seed 002's i+j / i-j
-  c.arithmetic_config = "n300_addsub"  # TFDS builder config: operands in [0, 300), 180,000 examples (variant config=)
+  c.arithmetic_config = settings.get("config", "n300_addsub")  # TFDS builder config: operands in [0, 300)
   c.data_dir = "~/tensorflow_datasets"  # where the TFDS data is generated on first use
-  c.seed = 0  # seeds the batch order, the parameter init and dropout
-  c.batch_size = 128  # global training batch (all devices); per example, 64 and 128 learn alike
-  c.eval_batch_size = 2000  # global evaluation batch: the 10k test split in 5 batches
+  c.seed = settings.get("seed", 0)  # seeds the batch order, the parameter init and dropout
+  c.batch_size = 128  # per example, 64 and 128 learn alike
+  c.eval_batch_size = 2000  # the 10k test split in 5 batches
   c.eval_splits = ("test",)  # the held-out 10,000 examples
-  c.max_eval_batches = config_dict.placeholder(int)  # evaluate at most this many batches; None: the whole split
 
-  # Model: preset tiny, then every key below that is not None.
-  c.preset = "tiny"  # rpr.model preset
-  c.position = "sinusoidal"  # scheme of encoder and decoder self-attention (variant pe=...)
-  c.cross_position = "none"  # encoder-decoder attention: plain, as in Shaw et al.
-  c.d_model = 64  # model width: 128 learns no faster per example and costs 3x per step
-  c.num_heads = 8  # heads of 8: more heads learn the digit alignment faster than 4
-  c.d_ff = 256  # feed-forward inner width
-  c.num_encoder_layers = 2  # encoder depth
-  c.num_decoder_layers = 2  # decoder depth
-  c.dropout_rate = 0.0  # no dropout: the held-out split is scored, and training data is plentiful
-  c.attention_dropout_rate = 0.0  # no attention dropout
-  c.pre_layer_norm = True  # pre-LN: stable at a high learning rate without long warm-up
-  c.share_embeddings = False  # separate input, output and logit tables: tied ones slow absolute encodings ~5x
-  c.model_max_length = 16  # longest sequence: inputs have <= 7 characters, answers <= 4 + EOS
-  c.max_distance = 16  # shaw: clipping distance k (inputs are <= 7 long, so any k >= 6 never clips)
-  c.use_keys = True  # shaw: a^K term
-  c.use_values = True  # shaw: a^V term
-  c.share_heads = False  # shaw: tables per head
-  c.num_buckets = 32  # t5: 16 buckets per direction, distances < 8 exact
-  c.bucket_max_distance = 128  # t5: largest bucketed distance
-  c.rope_base = 10000.0  # rope frequency base
-  c.alibi_directional = False  # alibi: False = symmetric (unchanged ALiBi), True = halve the slope to the right
-  c.dtype = "float32"  # activation dtype
-  c.attention_implementation = "dense"  # or "chunked": linear memory in the lengths (same parameters)
+  # Model.
+  c.model.position = "sinusoidal"  # variant pe=...
+  c.model.d_model = 64  # 128 learns no faster per example and costs 3x per step
+  c.model.num_heads = 8  # heads of 8: more heads learn the digit alignment faster than 4
+  c.model.d_ff = 256  # feed-forward inner width
+  c.model.pre_layer_norm = True  # stable at a high learning rate without long warm-up
+  c.model.share_embeddings = False  # separate tables: tied ones slow absolute encodings ~5x
+  c.model.max_length = 16  # inputs have <= 7 characters, answers <= 4 + EOS
+  c.model.position_options.max_distance = 16  # inputs are <= 7 long, so any k >= 6 never clips
+  base.set_scheme(c, settings, where, variant)
 
   # Optimisation.
-  c.optimizer = "adam"  # Adam
   c.learning_rate = 3e-3  # peak rate
   c.schedule = "cosine"  # linear warm-up, then cosine decay to 0 at num_train_steps
   c.warmup_steps = 100  # warm-up steps
-  c.adam_b1 = 0.9  # Adam beta1
-  c.adam_b2 = 0.98  # Adam beta2
-  c.adam_eps = 1e-9  # Adam epsilon
-  c.weight_decay = 0.0  # adamw only
   c.grad_clip_norm = 1.0  # clip the global gradient norm
   c.label_smoothing = 0.0  # exact answers: no smoothing
-  c.num_train_steps = 7000  # optimizer steps: 896,000 examples, 5.3 epochs of n300
+  c.num_train_steps = 3000 if "quick" in flags else 7000  # 7,000 x 128 = 896,000 examples, 5.3 epochs of n300
 
   # Evaluation and bookkeeping.
   c.eval_every_steps = 100_000  # more than num_train_steps: evaluate only at the end (greedy, whole test split)
-  c.decode_method = "greedy"  # greedy decoding, as exact match is scored
-  c.beam_size = 4  # beam width (unused with greedy)
-  c.beam_alpha = 0.6  # beam length penalty (unused with greedy)
   c.log_every_steps = 500  # progress log and train/* metrics
   c.checkpoint_every_steps = 1000  # a killed run resumes from here (and the attention maps read the last one)
   c.keep_checkpoints = 1  # keep the final checkpoint only
-
-  flags, settings = parse_variant(variant, flags=("quick",), keys=("pe", "k", "directional", "seed", "config"))
-  if settings.get("pe", c.position) not in SCHEMES:
-    raise ValueError(f"configs/arithmetic.py: pe={settings['pe']!r}; allowed: {list(SCHEMES)}")
-  c.position = settings.get("pe", c.position)
-  if "k" in settings:
-    c.max_distance = int(settings["k"])
-  if "directional" in settings:
-    c.alibi_directional = settings["directional"] in ("1", "true", "True")
-  if "seed" in settings:
-    c.seed = int(settings["seed"])
-  if "config" in settings:
-    c.arithmetic_config = settings["config"]
-  c.compare_positions = ()  # scheme names (rpr.compare): train once per scheme and print them side by side
-  if "quick" in flags:  # what `python run.py` runs: one seed, one scheme with encoding and one without
-    c.compare_positions = ("sinusoidal", "none")
-    c.num_train_steps = 3000  # enough for sinusoidal positions (the sweep's relative schemes need more)
   return c

@@ -9,9 +9,8 @@ decoding) of each input length, ``<split>/exact_match_by_length/<n>``.
 Everything but the position scheme is fixed here (the default experiment's
 recipe, configs/default.py): 2+2 layers, d_model 64, 2,000 steps of batch 64.
 
-Variants: ``pe=<scheme>`` (rpr.positions.SCHEMES: none, sinusoidal, learned,
-shaw, t5, rope, alibi; default shaw), ``k=<int>`` (Shaw's clipping distance,
-default 8), ``directional=0|1`` (ALiBi with a halved slope to the right),
+Variants: ``pe=<scheme>`` (rpr.attention.SCHEMES; default shaw), ``k=<int>`` (Shaw's clipping distance,
+default 8), ``directional=0|1`` (ALiBi with a halved slope to the right, pe=alibi only),
 ``tiny`` (a few steps of a tiny model, for tests). Command for one scheme::
 
   .venv/bin/python run.py --config=configs/length.py:pe=shaw --workdir=workdirs/length/shaw
@@ -28,27 +27,15 @@ sinusoidal and RoPE reach 0.96-0.99 exact match; at 13 digits Shaw keeps
 15 digits and to 0 from 21 on, as every scheme does.
 """
 
-import importlib.util
-import pathlib
-
 import ml_collections
 
-from rpr.run_config import parse_variant
-
-SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "rope", "alibi")
-
-
-def _default_config() -> ml_collections.ConfigDict:
-  # Loaded by path, so this file works from any working directory.
-  spec = importlib.util.spec_from_file_location("rpr_configs_default", pathlib.Path(__file__).with_name("default.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config("")
+from configs import base
 
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
-  flags, settings = parse_variant(variant, flags=("tiny",), keys=("pe", "k", "directional"))
-  c = _default_config()
+  where = "configs/length.py"
+  flags, settings = base.parse_variant(variant, where, flags=("tiny",), keys=base.SCHEME_KEYS)
+  c = base.get_config()
   c.dataset = "reverse"  # order matters at every length
   c.min_length = 1  # shortest training string
   c.max_length = 12  # L: longest training (and valid) string
@@ -56,44 +43,37 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.num_eval_examples = 1200  # per split: about 100 per length
   c.eval_batch_size = 200  # six eval batches per split
   c.eval_by_length = True  # <split>/exact_match_by_length/<n>
-  # The recipe of the measured results, pinned here so that changes to default.py do not move them.
+  # The recipe of the measured results, pinned here so that changes to base.py do not move them.
   c.batch_size = 64  # training batch
-  c.preset = "tiny"  # then the model keys below
-  c.d_model, c.num_heads, c.d_ff = 64, 4, 128  # width, heads of 16, feed-forward width
-  c.num_encoder_layers = c.num_decoder_layers = 2  # 2+2 layers
-  c.dropout_rate = 0.0  # no dropout
-  c.max_distance = 8  # Shaw's k
+  c.model.d_model, c.model.num_heads, c.model.d_ff = 64, 4, 128  # width, heads of 16, feed-forward width
+  c.model.num_encoder_layers = c.model.num_decoder_layers = 2  # 2+2 layers
+  c.model.dropout_rate = 0.0  # no dropout
+  c.model.max_length = 64  # learned tables and decode caches
+  c.model.position = "shaw"
+  c.model.position_options.max_distance = 8  # Shaw's k
   c.optimizer, c.schedule = "adam", "rsqrt"  # Adam (0.9, 0.98, 1e-9), peak at warmup_steps
   c.learning_rate, c.warmup_steps = 3e-3, 200  # peak rate and warm-up
   c.label_smoothing = 0.1  # as in Vaswani et al.
   c.num_train_steps = 2000  # optimizer steps
   c.decode_method = "greedy"  # exact match of greedy decoding
-  c.position = settings.get("pe", "shaw")
-  if c.position not in SCHEMES:
-    raise ValueError(f"config variant {variant!r}: pe={c.position!r} is not allowed; allowed: {list(SCHEMES)}")
-  if "k" in settings:
-    c.max_distance = int(settings["k"])
-  if "directional" in settings:
-    c.alibi_directional = settings["directional"] == "1"
   c.eval_every_steps = 1000  # evaluate at the middle and the end
   c.checkpoint_every_steps = 2000  # the final checkpoint only
   c.keep_checkpoints = 1
-
   if "tiny" in flags:  # seconds on a CPU
     c.max_length = 4
     c.long_max_length = 8
     c.batch_size = 16
     c.num_eval_examples = 32
     c.eval_batch_size = 16
-    c.d_model = 32
-    c.num_heads = 2
-    c.d_ff = 64
-    c.num_encoder_layers = c.num_decoder_layers = 1
-    if "k" not in settings:
-      c.max_distance = 2
+    c.model.d_model = 32
+    c.model.num_heads = 2
+    c.model.d_ff = 64
+    c.model.num_encoder_layers = c.model.num_decoder_layers = 1
+    c.model.position_options.max_distance = 2
     c.warmup_steps = 5
     c.num_train_steps = 10
     c.eval_every_steps = 10
-    c.log_every_steps = 5
     c.checkpoint_every_steps = 10
+    c.log_every_steps = 5
+  base.set_scheme(c, settings, where, variant)
   return c

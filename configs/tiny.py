@@ -8,25 +8,16 @@ Expected result: 40 steps in 15-30 seconds on a CPU (mostly start-up and
 compilation); ``train/loss`` falls from about 2.2 (steps 1-10) to about 1.45
 (steps 31-40) and ``valid/accuracy`` reaches about 0.35 (chance: 1/13). It
 is a plumbing check, not a result. Every key is documented in
-``configs/default.py``; only the values below differ.
+``configs/base.py``; only the values below differ.
 """
-
-import importlib.util
-import pathlib
 
 import ml_collections
 
-
-def _default_config(variant: str) -> ml_collections.ConfigDict:
-  # Loaded by path, so this file works from any working directory.
-  spec = importlib.util.spec_from_file_location("rpr_configs_default", pathlib.Path(__file__).with_name("default.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(variant)
+from configs import default
 
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
-  c = _default_config(variant)
+  c = default.get_config(variant)
   c.dataset = "copy"  # copying is learnable in a few dozen steps
   c.batch_size = 16  # global training batch
   c.eval_batch_size = 16  # global evaluation batch
@@ -34,12 +25,12 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.max_length = 6  # longest training string
   c.long_max_length = 8  # long split: 7-8 digits
   c.num_eval_examples = 32  # two eval batches per split
-  c.d_model = 32  # model width
-  c.num_heads = 2  # heads of 16
-  c.d_ff = 64  # feed-forward width
-  c.num_encoder_layers = 1  # one encoder block
-  c.num_decoder_layers = 1  # one decoder block
-  c.max_distance = 4  # Shaw's k
+  c.model.d_model = 32  # model width
+  c.model.num_heads = 2  # heads of 16
+  c.model.d_ff = 64  # feed-forward width
+  c.model.num_encoder_layers = 1  # one encoder block
+  c.model.num_decoder_layers = 1  # one decoder block
+  c.model.position_options.max_distance = 4  # Shaw's k
   c.learning_rate = 1e-2  # rsqrt peak
   c.warmup_steps = 10  # short warm-up
   c.num_train_steps = 40  # total steps

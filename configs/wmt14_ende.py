@@ -1,6 +1,6 @@
 """Shaw et al. (2018) on WMT14 EN-DE: Tables 1-3 as variants of one config.
 
-Setup (the paper's, see /work/shared/reference.md): TFDS
+Setup (the paper's, Section 4 of Shaw et al. 2018): TFDS
 ``wmt14_translate/de-en``, English source and German target; one shared
 SentencePiece vocabulary of 32,768 pieces trained on the first 1M training
 pairs and kept in the workdir (``spm.model``); token-budget batches of
@@ -13,7 +13,7 @@ newstest2013 (``validation``; Tables 2-3) and newstest2014 (``test``; Table 1).
 
 Variants: comma-separated words after the file name.
 
-* ``model=base|big`` (default base): the ``rpr.model`` preset (big: d_model
+* ``model=base|big`` (default base): ``rpr.model.PRESETS`` (big: d_model
   1024, 16 heads, d_ff 4096, dropout 0.3, k = 8, tables shared across heads).
 * ``pe=relative|absolute`` (default relative): Shaw attention without absolute
   encodings, or sinusoidal encodings and plain attention.
@@ -59,13 +59,12 @@ mattering more than a^V.
 """
 
 import dataclasses
-import importlib.util
-import pathlib
 
 import ml_collections
 from ml_collections import config_dict
 
-from rpr.run_config import parse_variant
+from configs import base
+from rpr import model as model_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,47 +109,31 @@ CELLS = (
 _SWITCH = {"on": True, "off": False}
 
 
-def _default_config(variant: str) -> ml_collections.ConfigDict:
-  # Loaded by path, so this file works from any working directory.
-  spec = importlib.util.spec_from_file_location("rpr_configs_default", pathlib.Path(__file__).with_name("default.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(variant)
-
-
-def _choice(settings: dict, key: str, allowed, default: str) -> str:
-  value = settings.get(key, default)
-  if value not in allowed:
-    raise ValueError(f"config variant: {key}={value!r} is not allowed; allowed: {list(allowed)}")
-  return value
-
-
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
-  flags, settings = parse_variant(variant, flags=("table1", "table2", "table3", "tiny"),
-                                  keys=("model", "pe", "k", "ak", "av"))
+  where = "configs/wmt14_ende.py"
+  flags, settings = base.parse_variant(
+      variant, where, flags=("table1", "table2", "table3", "tiny"),
+      keys={"model": base.choice(("base", "big")), "pe": base.choice(("relative", "absolute")),
+            "k": base.integer(0), "ak": base.choice(_SWITCH), "av": base.choice(_SWITCH)})
   tables = sorted(flags & {"table1", "table2", "table3"})
   if len(tables) > 1:
-    raise ValueError(f"config variant {variant!r}: one table at a time, got {tables}")
-  model = _choice(settings, "model", ("base", "big"), "base")
-  pe = _choice(settings, "pe", ("relative", "absolute"), "relative")
+    raise ValueError(f"{where}: variant {variant!r}: one table at a time, got {tables}")
+  model, pe = settings.get("model", "base"), settings.get("pe", "relative")
   if pe == "absolute" and settings.keys() & {"k", "ak", "av"}:
-    raise ValueError(f"config variant {variant!r}: k, ak and av set Shaw's relative attention; not with pe=absolute")
+    raise ValueError(f"{where}: variant {variant!r}: k, ak and av set Shaw's relative attention; not with "
+                     "pe=absolute")
   if tables and tables[0] in ("table2", "table3") and (model, pe) != ("base", "relative"):
-    raise ValueError(f"config variant {variant!r}: {tables[0]} is the base model with relative positions")
+    raise ValueError(f"{where}: variant {variant!r}: {tables[0]} is the base model with relative positions")
   if "table2" in flags and "k" not in settings:
-    raise ValueError(f"config variant {variant!r}: table2 needs k=<int> (the paper's: 0 1 2 4 16 64 256)")
+    raise ValueError(f"{where}: variant {variant!r}: table2 needs k=<int> (the paper's: 0 1 2 4 16 64 256)")
   if "table3" in flags and not {"ak", "av"} <= settings.keys():
-    raise ValueError(f"config variant {variant!r}: table3 needs ak=on|off and av=on|off")
+    raise ValueError(f"{where}: variant {variant!r}: table3 needs ak=on|off and av=on|off")
 
-  c = _default_config("")
+  c = base.get_config()
   for key in ("min_length", "long_max_length", "num_eval_examples"):  # copy/reverse keys
     del c[key]
-  # Keys that are None here become typed placeholders, so --config.<key>=<value> still parses.
-  for key, kind in (("batch_size", int), ("d_model", int), ("num_heads", int), ("d_ff", int),
-                    ("num_encoder_layers", int), ("num_decoder_layers", int), ("dropout_rate", float),
-                    ("max_distance", int)):
-    del c[key]
-    c[key] = config_dict.placeholder(kind)
+  del c["batch_size"]  # batches hold tokens_per_device x devices tokens, not a number of rows
+  c.batch_size = config_dict.placeholder(int)
 
   # Data: rpr.data.wmt.WmtTask's keys (see its docstring) and two of rpr.data's wmt14 factory.
   c.dataset = "wmt14"
@@ -166,23 +149,25 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.tokens_per_device = 3_125  # token budget per side per device; 8 devices: 25,000 per step
   c.max_length = 256  # longest training example (pieces + EOS, either side); longer ones are left out
   c.bucket_boundaries = config_dict.placeholder(tuple)  # bucket lengths; None: wmt.default_bucket_boundaries
-  # c.batch_size stays None: batches hold tokens_per_device x devices tokens, not a number of rows.
   c.eval_batch_size = 64  # rows per evaluation batch (global); divisible by the device count
   c.eval_splits = ("validation",)  # validation: newstest2013; test: newstest2014
 
-  # Model: the preset, relative (Shaw) or absolute (sinusoidal) positions.
-  c.preset = model
-  c.position = "shaw" if pe == "relative" else "sinusoidal"
-  c.cross_position = "none"  # encoder-decoder attention stays plain (Shaw et al.)
-  # d_model, num_heads, d_ff, the layer counts, dropout_rate and max_distance stay None: the preset's
-  # (base: k = 16, big: k = 8 and tables shared across heads).
-  c.model_max_length = 512  # decode cache bound: eval sentences are never filtered by length
+  # Model: the preset (base: k = 16; big: k = 8 and tables shared across heads), relative (Shaw) or
+  # absolute (sinusoidal) positions; encoder-decoder attention stays plain (Shaw et al.).
+  preset = model_lib.PRESETS[model]
+  for key, value in preset.items():
+    if key == "position_options":
+      c.model.position_options.update(value)
+    else:
+      c.model[key] = value
+  c.model.position = "shaw" if pe == "relative" else "sinusoidal"
+  c.model.cross_position = "none"
+  c.model.attention_dropout_rate = 0.0  # as in the papers (only residual and embedding dropout)
+  c.model.max_length = 512  # decode cache bound: eval sentences are never filtered by length
   if "k" in settings:
-    if not settings["k"].isdigit():
-      raise ValueError(f"config variant {variant!r}: k={settings['k']!r} is not allowed; allowed: an int >= 0")
-    c.max_distance = int(settings["k"])
-  c.use_keys = _SWITCH[_choice(settings, "ak", _SWITCH, "on")]  # a^K
-  c.use_values = _SWITCH[_choice(settings, "av", _SWITCH, "on")]  # a^V
+    c.model.position_options.max_distance = settings["k"]
+  c.model.position_options.use_keys = _SWITCH[settings.get("ak", "on")]  # a^K
+  c.model.position_options.use_values = _SWITCH[settings.get("av", "on")]  # a^V
 
   # Optimisation (Vaswani et al. / Shaw et al.).
   c.optimizer = "adam"
@@ -206,9 +191,13 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.keep_checkpoints = 3
 
   if "tiny" in flags:  # TFDS mock data: random strings, a 300-piece vocabulary, seconds on a CPU
-    c.preset = "tiny"
-    c.num_encoder_layers = c.num_decoder_layers = 1
-    c.model_max_length = 64
+    tiny = model_lib.PRESETS["tiny"]
+    for key in ("d_model", "num_heads", "d_ff", "dropout_rate"):
+      c.model[key] = tiny[key]
+    if "k" not in settings:
+      c.model.position_options.max_distance = tiny["position_options"]["max_distance"]
+    c.model.num_encoder_layers = c.model.num_decoder_layers = 1
+    c.model.max_length = 64
     c.vocab_size = 300
     c.spm_train_pairs = 100
     c.spm_hard_vocab_limit = False  # a tiny corpus may give fewer pieces

@@ -35,9 +35,10 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from rpr import compare
+from experiments import compare
+from rpr.attention import positions
 
-SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "rope", "alibi", "alibi_directional")
+SCHEMES = tuple(positions.SCHEMES)  # the registry: none, sinusoidal, learned, shaw, t5, rope, alibi, alibi_directional
 # What each scheme's encoder can see of the input order, and the bound that follows.
 SEES = {"none": "nothing (bag of characters)", "alibi": "distance, not direction (reversal)"}
 BOUND_VIEW = {"none": "bag", "alibi": "reversal"}
@@ -233,6 +234,7 @@ def write_report(out_dir: str, *, command: str, config, runs: list[dict], bounds
   data = arithmetic.config_by_name(config.arithmetic_config)
   full = arithmetic.config_by_name(arithmetic.ArithmeticBuilder.DEFAULT_BUILDER_CONFIG_NAME)
   examples_seen = config.num_train_steps * config.batch_size
+  m = config.model
   lines = [
       "# Arithmetic (seed 002): position schemes against the bag-of-characters bound", "",
       *([note, ""] if note else []),
@@ -244,12 +246,12 @@ def write_report(out_dir: str, *, command: str, config, runs: list[dict], bounds
       f"never trained on. Each run sees {examples_seen:,} training examples "
       f"({examples_seen / (data.num_examples - data.test_size):.2f} epochs). "
       f"Exact match is greedy decoding of the whole test split, answer and EOS all right.", "",
-      f"Recipe (configs/arithmetic.py): d_model {config.d_model}, {config.num_heads} heads, d_ff {config.d_ff}, "
-      f"{config.num_encoder_layers}+{config.num_decoder_layers} layers, "
-      f"{'pre' if config.pre_layer_norm else 'post'}-LN, dropout {config.dropout_rate}, "
+      f"Recipe (configs/arithmetic.py): d_model {m.d_model}, {m.num_heads} heads, d_ff {m.d_ff}, "
+      f"{m.num_encoder_layers}+{m.num_decoder_layers} layers, "
+      f"{'pre' if m.pre_layer_norm else 'post'}-LN, dropout {m.dropout_rate}, "
       f"{config.optimizer} lr {config.learning_rate} ({config.schedule}, warm-up {config.warmup_steps}), "
       f"batch {config.batch_size}, {config.num_train_steps} steps, label smoothing {config.label_smoothing}, "
-      f"gradient clip {config.grad_clip_norm}; Shaw k = {config.max_distance}.", "",
+      f"gradient clip {config.grad_clip_norm}; Shaw k = {m.position_options.max_distance}.", "",
       f"Machine: {os.cpu_count()} CPU cores ({platform.machine()}), shared with other jobs. Sweep wall time: "
       f"{timings['training'] / 60:.1f} min to train and evaluate the {len(runs)} runs, from the start of the "
       f"first to the end of the last ({workers} at a time{', each single-threaded' if workers > 1 else ''}); "

@@ -47,12 +47,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from rpr import attention as attn
-from rpr import positions
-from rpr.chunked import chunked_attention
+from rpr.attention import positions
+from rpr.attention.chunked import chunked_attention
 
 GB = 1e9
 
-# (name, scheme, PositionConfig overrides, implementation). "plain/dense" is the reference of every ratio.
+# (name, scheme, position options, implementation). "plain/dense" is the reference of every ratio.
 _SCHEMES = [
     ("plain", "none", {}),
     ("shaw", "shaw", {}),
@@ -92,20 +92,19 @@ def make_step(config, length: int, batch: int, heads: int, head_dim: int, max_di
   rng = np.random.default_rng(seed)
   shape = (batch, length, heads, head_dim)
   q, k, v, g = (jnp.asarray(rng.normal(size=shape), jnp.float32) for _ in range(4))
-  pos_config = positions.PositionConfig(max_distance=max_distance, **overrides)
-  scheme = positions.make(scheme_name, heads, head_dim, pos_config)
-  params = scheme.init(jax.random.PRNGKey(seed), q[:1, :2], k[:1, :2], method=scheme.attend)
+  scheme = positions.make(scheme_name, heads, head_dim, options={"max_distance": max_distance, **overrides})
+  params = scheme.init(jax.random.PRNGKey(seed), q[:1, :2], k[:1, :2], method=scheme.terms)
 
   def attention(params, q, k, v):
     def body(module, q, k, v):
-      terms = module.attend(q, k, 0)
+      terms = module.terms(q, k, 0)
       if implementation == "dense":
         return attn.dot_product_attention(terms.query, terms.key, v, bias=terms.bias(length, length),
                                           relative=terms.relative)
       if implementation == "chunked":
         return chunked_attention(terms.query, terms.key, v, relative=terms.relative, bias_fn=terms.bias_fn,
                                  block_q=block_q, block_k=block_k)
-      from rpr.reference import shaw_attention_reference
+      from rpr.attention.reference import shaw_attention_reference
       rel = terms.relative
       return shaw_attention_reference(q, k, v, rel.key_table, rel.value_table, rel.max_distance)
     return scheme.apply(params, q, k, v, method=body)
@@ -268,7 +267,7 @@ def bench_model_step(args) -> dict:
     steps, out = {}, {"batch": args.model_batch, "length": args.model_length, "preset": args.model_preset,
                       "implementation": args.model_implementation}
     for position in ("sinusoidal", "shaw"):
-      config = model_lib.preset(args.model_preset, encoder_position=position, decoder_position=position,
+      config = model_lib.preset(args.model_preset, position=position,
                                 max_length=max(256, args.model_length),
                                 attention_implementation=args.model_implementation)
       model = model_lib.Transformer(config)

@@ -1,4 +1,4 @@
-"""Shaw, Uszkoreit and Vaswani (2018), Tables 1-3: BLEU on WMT14 EN-DE (see /work/shared/reference.md).
+"""Shaw, Uszkoreit and Vaswani (2018), Tables 1-3: BLEU on WMT14 EN-DE (arXiv 1803.02155).
 
 ``lookup(table, config)`` gives the paper's number for the cell a run config
 describes (or None), so a report can print it beside the measured value.
@@ -27,11 +27,15 @@ def _on(config: Mapping, key: str) -> bool:
 
 
 def lookup(table: str, config: Mapping) -> Optional[float]:
-  """The paper's BLEU for the cell of ``table`` that the flat run config ``config`` is, or None."""
+  """The paper's BLEU for the cell of ``table`` that the run config ``config`` is, or None.
+
+  ``config`` is flat by leaf name (:func:`experiments.report.flatten`): ``position``, ``d_model``, ...
+  """
   relative = config.get("position") == "shaw"
   if table == "table1":
     pe = "relative" if relative else "absolute" if config.get("position") == "sinusoidal" else None
-    return TABLE1.get((config.get("preset"), pe))
+    size = {512: "base", 1024: "big"}.get(config.get("d_model"), config.get("preset"))
+    return TABLE1.get((size, pe))
   if not relative:
     return None
   if table == "table2":

@@ -97,11 +97,22 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
     if not (os.path.isfile(config_path) and os.path.isfile(metrics_path)):
       continue
     with open(config_path, encoding="utf-8") as f:
-      config = json.load(f)["config"]
+      config = flatten(json.load(f)["config"])
     with open(metrics_path, encoding="utf-8") as f:
       records = [json.loads(line) for line in f if line.strip()]
     runs.append(RunRecord(workdir, config, records))
   return runs
+
+
+def flatten(config: dict) -> dict:
+  """A run config flat by leaf name: ``model.d_model`` -> ``d_model``, ``model.position_options.max_distance``
+  -> ``max_distance``; a model key whose name the top level also has keeps its prefix (``model.max_length``)."""
+  out = {k: v for k, v in config.items() if not isinstance(v, dict)}
+  for key, value in config.items():
+    if isinstance(value, dict):
+      for leaf, v in flatten(value).items():
+        out[leaf if leaf not in out else f"{key}.{leaf}"] = v
+  return out
 
 
 def _canonical(value: Any) -> str:
@@ -329,7 +340,7 @@ def _write_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) 
 
 def bag_bound(runs: Sequence[RunRecord], cache: Optional[str]) -> tuple[str, dict[str, float]]:
   """The arithmetic data set all ``runs`` share, and its bag-of-characters bounds (``bag_{all,test,fitted}``)."""
-  from rpr import compare
+  from experiments import compare
 
   names = {(r.config.get("dataset"), r.config.get("arithmetic_config")) for r in runs}
   if len(names) != 1 or next(iter(names))[0] != "arithmetic":

@@ -15,11 +15,20 @@ persistent JAX cache (``--compilation_cache``, default ``<root>/jax_cache``), so
 the seeds of one variant compile once. The printed commands set the
 same keys as the in-process runs (``--config.<key>=<value>``), and when the
 sweep is done the command of its report is printed.
+
+``--workers N`` trains N runs at once, each worker a single-threaded process
+taking every N-th run (on 2 cores, 2 single-threaded runs beat 1
+two-threaded run, and a single-threaded run's numbers do not depend on the
+machine's load: XLA's multi-threaded reductions may sum in another order).
+SIGTERM or Ctrl-C stops every run after its current step (each saves a
+checkpoint) and ends the whole sweep with exit status 3; the same command
+resumes it.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
+import pathlib
 import json
 import logging as pylogging
 import os
@@ -39,6 +48,11 @@ _PRINT = flags.DEFINE_bool("print", False, "Print each run's command instead of 
 _LIST = flags.DEFINE_bool("list", False, "List the registered sweeps.")
 _ONLY = flags.DEFINE_multi_string("only", [], "Run only the runs of these names (e.g. k=4).")
 _SEEDS = flags.DEFINE_list("seeds", [], "Run only these seeds (e.g. 0,1).")
+_WORKERS = flags.DEFINE_integer("workers", 1, "Train this many runs at once, each in its own single-threaded "
+                                "process.")
+_WORKER = flags.DEFINE_string("worker", "", "Internal: 'i/n' trains runs i, i+n, i+2n, ... of the selection.")
+SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+STOPPED = 3  # exit status of a sweep a signal stopped (resumable)
 _CACHE = flags.DEFINE_string("compilation_cache", "{root}/jax_cache",
                              "JAX persistent compilation cache ('' for none): runs that differ only in seed "
                              "compile the same programs.")
@@ -46,14 +60,15 @@ _CACHE = flags.DEFINE_string("compilation_cache", "{root}/jax_cache",
 
 def load_config(run: sweeps.Run, root: str):
   """The run's config: ``get_config(variant)`` of its file, locked, with the run's keys set (as run.py would)."""
-  path = sweeps.ROOT / run.config
-  spec = importlib.util.spec_from_file_location(f"sweep_config_{path.stem}", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = importlib.import_module("configs." + pathlib.Path(run.config).stem)
   config = module.get_config(run.variant)
   config.lock()  # an unknown key fails instead of being added
   for key, value in run.settings(root).items():
-    config[key] = value
+    *parents, leaf = key.split(".")  # model.position_options.use_values
+    node = config
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
   return config
 
 
@@ -100,11 +115,14 @@ def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) ->
 
 
 def run_sweep(sweep: sweeps.Sweep, root: str, runs: list[sweeps.Run], train_fn=None) -> dict[str, list[str]]:
-  """Trains every unfinished run in turn; ``{"done": [...], "skipped": [...], "failed": [...]}`` workdirs."""
+  """Trains every unfinished run in turn; ``{"done", "skipped", "failed", "stopped"}`` lists of workdirs.
+
+  A run that a signal stopped (saved, resumable) ends the sweep: the runs after it are not started.
+  """
   if train_fn is None:
     from rpr import train  # JAX: imported only when something trains
     train_fn = train.train_and_evaluate
-  outcome = {"done": [], "skipped": [], "failed": []}
+  outcome = {"done": [], "skipped": [], "failed": [], "stopped": []}
   for i, run in enumerate(runs):
     workdir = run.workdir(root, sweep.name)
     config = load_config(run, root)
@@ -115,11 +133,16 @@ def run_sweep(sweep: sweeps.Sweep, root: str, runs: list[sweeps.Run], train_fn=N
     logging.info("[%d/%d] %s: %s", i + 1, len(runs), workdir, command(run, root, sweep.name))
     t0 = time.time()
     try:
-      train_fn(config, workdir)
+      result = train_fn(config, workdir) or {}
     except Exception:  # pylint: disable=broad-except
       logging.exception("%s failed; going on with the next run.", workdir)
       outcome["failed"].append(workdir)
       continue
+    if result.get("stopped_by_signal"):
+      logging.warning("%s stopped by a signal (checkpoint saved); the sweep stops. Run the same command to "
+                      "resume.", workdir)
+      outcome["stopped"].append(workdir)
+      break
     logging.info("%s: done in %.1f min.", workdir, (time.time() - t0) / 60)
     outcome["done"].append(workdir)
   return outcome
@@ -154,12 +177,49 @@ def main(argv):
 
     jax.config.update("jax_compilation_cache_dir", _CACHE.value.format(root=root))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+  if _WORKERS.value > 1 and not _WORKER.value:
+    return run_workers(_WORKERS.value, argv[1:])
+  if _WORKER.value:
+    i, n = (int(v) for v in _WORKER.value.split("/"))
+    runs = runs[i::n]
   outcome = run_sweep(sweep, root, runs)
   logging.info("Sweep %s: %d trained, %d skipped (finished before), %d failed%s.", sweep.name,
                len(outcome["done"]), len(outcome["skipped"]), len(outcome["failed"]),
                "".join(f"\n  failed: {w}" for w in outcome["failed"]))
-  logging.info("Report: %s", report_command(sweep, root))
+  if outcome["stopped"]:
+    return STOPPED
+  if not _WORKER.value:
+    logging.info("Report: %s", report_command(sweep, root))
   return 1 if outcome["failed"] else 0
+
+
+def run_workers(n: int, args) -> int:
+  """This command in ``n`` single-threaded worker processes (``--worker=i/n``); the worst exit status of theirs."""
+  import signal
+  import subprocess
+
+  env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD).strip())
+  if sweeps.get(args[0]).runs and any(r.config == "configs/arithmetic.py" for r in sweeps.get(args[0]).runs):
+    _prepare_arithmetic(sweeps.get(args[0]), _ROOT.value)  # generate the data once, before the workers race to
+  argv = [a for a in sys.argv[1:] if not a.startswith("--workers")]
+  procs = [subprocess.Popen([sys.executable, "-m", "experiments.sweep", *argv, f"--worker={i}/{n}"],
+                            cwd=str(sweeps.ROOT), env=env) for i in range(n)]
+  forward = lambda signum, frame: [p.send_signal(signum) for p in procs]
+  previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    codes = [p.wait() for p in procs]
+  finally:
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+  logging.info("Workers ended with %s. Report: %s", codes, report_command(sweeps.get(args[0]), _ROOT.value))
+  return STOPPED if STOPPED in codes else max(codes)
+
+
+def _prepare_arithmetic(sweep: sweeps.Sweep, root: str) -> None:
+  from rpr.data import arithmetic
+
+  for config in {(c.arithmetic_config, c.data_dir) for c in (load_config(r, root) for r in sweep.runs)}:
+    arithmetic.prepare(config[0], os.path.expanduser(config[1]))
 
 
 if __name__ == "__main__":

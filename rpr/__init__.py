@@ -1,13 +1,17 @@
-"""rpr: attention with relative position representations (Shaw et al. 2018) in JAX/Flax."""
+"""rpr: attention with relative position representations (Shaw et al. 2018) in JAX/Flax.
 
-from rpr.attention import (Relative, additive_attention, causal_mask, combine_masks, dot_product_attention,
-                           local_attention, padding_mask, window_mask)
-from rpr.chunked import chunked_attention
-from rpr.layers import MultiHeadAttention
-from rpr.positions import PositionConfig, SCHEMES
+The attention functions, masks, position schemes and the layer live in
+:mod:`rpr.attention` (re-exported here); the engine around them in
+:mod:`rpr.model`, :mod:`rpr.train` and :mod:`rpr.data`.
+"""
+
+from rpr.attention import (IMPLEMENTATIONS, SCHEMES, Mask, MultiHeadAttention, Relative, Scheme, Terms,
+                           additive_attention, causal_mask, chunked_attention, combine, dot_product_attention,
+                           padding_mask, register, window_mask)
 
 __all__ = [
-    "Relative", "additive_attention", "causal_mask", "combine_masks", "dot_product_attention", "local_attention",
-    "padding_mask", "window_mask", "chunked_attention", "MultiHeadAttention", "PositionConfig", "SCHEMES",
+    "IMPLEMENTATIONS", "SCHEMES", "Mask", "MultiHeadAttention", "Relative", "Scheme", "Terms", "additive_attention",
+    "causal_mask", "chunked_attention", "combine", "dot_product_attention", "padding_mask", "register",
+    "window_mask",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

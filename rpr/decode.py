@@ -23,7 +23,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from rpr.data.task import BOS, EOS, PAD
+from rpr.tokens import BOS, EOS, PAD
 
 Array = jax.Array
 TokensToLogits = Callable[[Array, Any], tuple[Array, Any]]
@@ -65,10 +65,16 @@ def gather_beams(tree, indices: Array, batch_size: int, beam_size: int):
   return jax.tree_util.tree_map(gather, tree)
 
 
-def _log_probs(logits: Array, rows: int) -> Array:
-  """``[rows, vocab]`` (or ``[rows, 1, vocab]``) logits -> float32 log-softmax ``[rows, vocab]``."""
+def _log_probs(logits: Array, rows: int, bos_id: int) -> Array:
+  """``[rows, vocab]`` (or ``[rows, 1, vocab]``) logits -> float32 log-softmax ``[rows, vocab]``.
+
+  PAD and BOS are never written: they get ``NEG_INF`` after the softmax (so
+  the other tokens keep the model's probabilities), since a cache that
+  attends to a mid-sequence PAD or BOS would no longer match the full pass.
+  """
   logits = logits.reshape(rows, -1).astype(jnp.float32)
-  return jax.nn.log_softmax(logits, axis=-1)
+  lp = jax.nn.log_softmax(logits, axis=-1)
+  return lp.at[:, PAD].set(NEG_INF).at[:, bos_id].set(NEG_INF)
 
 
 def _check(batch_size: int, max_decode_len: int) -> None:
@@ -100,7 +106,7 @@ def greedy_search(tokens_to_logits: TokensToLogits, cache, batch_size: int, max_
   def body(state):
     i, seqs, last, cache, finished, logp = state
     logits, cache = tokens_to_logits(last[:, None], cache)
-    lp = _log_probs(logits, b)
+    lp = _log_probs(logits, b, bos_id)
     token = jnp.argmax(lp, axis=-1).astype(jnp.int32)
     gain = jnp.take_along_axis(lp, token[:, None], axis=-1)[:, 0]
     # Rows already past EOS keep writing PAD and stop accumulating.
@@ -164,7 +170,7 @@ def beam_search(tokens_to_logits: TokensToLogits, cache, batch_size: int, max_de
   def body(state):
     i, alive_seqs, alive_logp, last, cache, fin_seqs, fin_scores, fin_flags = state
     logits, cache = tokens_to_logits(last.reshape(b * k, 1), cache)
-    lp = _log_probs(logits, b * k).reshape(b, k, -1)
+    lp = _log_probs(logits, b * k, bos_id).reshape(b, k, -1)
     vocab = lp.shape[-1]
     flat = (alive_logp[:, :, None] + lp).reshape(b, k * vocab)
     cand_logp, cand = jax.lax.top_k(flat, 2 * k)  # [b, 2k]

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rpr.data.task import EOS, PAD
+from rpr.tokens import EOS, PAD
 
 Array = jax.Array
 
@@ -78,17 +78,23 @@ def token_accuracy(logits: Array, targets: Array, weights: Optional[Array] = Non
 
 
 def _through_eos(row: np.ndarray) -> np.ndarray:
-  """The ids of ``row`` up to and including its first EOS (all of it without EOS), PAD removed."""
+  """The ids of ``row`` up to and including its first EOS; without EOS, all of it less trailing PAD.
+
+  A PAD (or any id) before the EOS stays: sequences are compared token for token.
+  """
   hits = np.flatnonzero(row == EOS)
-  row = row[: hits[0] + 1] if hits.size else row
-  return row[row != PAD]
+  if hits.size:
+    return row[: hits[0] + 1]
+  keep = np.flatnonzero(row != PAD)
+  return row[: keep[-1] + 1] if keep.size else row[:0]
 
 
 def exact_match(predictions: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Per example: are all target tokens up to and including EOS predicted? ``(matches [batch], valid [batch])``.
+  """Per example: is the prediction the target, token for token through EOS? ``(matches [batch], valid [batch])``.
 
   ``predictions [batch, p_len]`` and ``targets [batch, t_len]`` are id arrays
-  (lengths may differ); anything a prediction writes after its EOS is ignored.
+  (lengths may differ); anything a prediction writes after its EOS is ignored,
+  anything before it counts (a PAD written mid-sequence is a wrong token).
   All-PAD target rows (padding of the last eval batch) are not ``valid`` and
   never match.
   """

@@ -19,30 +19,29 @@ target (see :func:`init_cache`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Mapping
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from rpr import blocks
-from rpr import layers
-from rpr import positions
-from rpr.attention import causal_mask, combine_masks, padding_mask
-from rpr.data.task import BOS, EOS, PAD
+from rpr.attention import IMPLEMENTATIONS, positions
+from rpr.tokens import BOS, EOS, PAD
 
 Array = jax.Array
-
-# Schemes whose parameters one module holds for a whole stack (T5 shares its
-# bias across layers); every other scheme is created per layer, so Shaw's
-# tables are unique per layer as in the paper.
-SHARED_ACROSS_LAYERS = ("t5",)
+DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """Hyper-parameters of the Transformer; defaults are Shaw et al.'s base model.
+
+  A run config's ``model`` sub-dict holds these fields by name (all but
+  ``vocab_size``, which the data set sets, and ``deterministic`` / ``decode``,
+  which the engine sets per use): ``ModelConfig(**config.model, vocab_size=...)``.
 
   Attributes:
     vocab_size: shared source/target vocabulary (PAD=0, BOS=1, EOS=2 included).
@@ -52,23 +51,23 @@ class ModelConfig:
     num_encoder_layers, num_decoder_layers: stack depths.
     dropout_rate: on embeddings and on every sub-layer output before the residual sum.
     attention_dropout_rate: on the attention weights.
-    encoder_position: scheme name (:data:`rpr.positions.SCHEMES`) of the
-      encoder, used at the embedding (absolute schemes) and in self-attention.
-    decoder_position: the same for the decoder (its self-attention is causal).
+    position: scheme name (:data:`rpr.attention.SCHEMES`) of the encoder and
+      decoder, used at the embeddings (absolute schemes) and in self-attention.
     cross_position: scheme of the encoder-decoder attention; ``"none"`` as in
       Shaw et al. Only schemes acting inside attention are allowed here.
-    position_config: the schemes' hyper-parameters (its ``max_length`` is
-      replaced by ``max_length`` below, its ``causal`` set per attention kind).
+    position_options: the schemes' options by name (:func:`rpr.attention.positions.options`:
+      Shaw's ``max_distance``, ``use_keys``, ``use_values``, ``share_heads``;
+      T5's ``num_buckets``, ``bucket_max_distance``; RoPE's ``rope_base``);
+      each scheme takes the ones it declares, the others keep their defaults.
     pre_layer_norm: False for post-LN (Vaswani, Shaw), True for pre-LN.
     share_embeddings: one embedding matrix for source, target and output logits.
     max_length: longest sequence: learned position tables and decode caches.
+    dtype: activation dtype name, ``float32`` or ``bfloat16`` (parameters stay float32).
+    attention_implementation: ``dense`` or ``chunked`` (linear memory in the
+      lengths) for every attention layer in training and full forward passes;
+      cached decoding always runs dense. Both have the same parameters.
     deterministic: no dropout (eval and decode).
     decode: the decoder runs one token per call against the ``cache`` collection.
-    dtype: activation dtype (parameters stay float32).
-    attention_implementation: ``"dense"`` or ``"chunked"`` (linear memory in
-      the lengths, :mod:`rpr.chunked`) for every attention layer in training
-      and full forward passes; cached decoding always runs dense. Both have
-      the same parameters, so a checkpoint serves either.
   """
 
   vocab_size: int = 32768
@@ -79,17 +78,19 @@ class ModelConfig:
   num_decoder_layers: int = 6
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
-  encoder_position: str = "shaw"
-  decoder_position: str = "shaw"
+  position: str = "shaw"
   cross_position: str = "none"
-  position_config: positions.PositionConfig = positions.PositionConfig(max_distance=16, share_heads=False)
+  position_options: Mapping[str, Any] = flax.core.FrozenDict({"max_distance": 16})
   pre_layer_norm: bool = False
   share_embeddings: bool = True
   max_length: int = 256
+  dtype: str = "float32"
+  attention_implementation: str = "dense"
   deterministic: bool = False
   decode: bool = False
-  dtype: Any = jnp.float32
-  attention_implementation: str = "dense"
+
+  def __post_init__(self):
+    object.__setattr__(self, "position_options", flax.core.FrozenDict(self.position_options))
 
   def replace(self, **changes) -> "ModelConfig":
     """A copy with ``changes`` (unknown keys raise naming the allowed ones)."""
@@ -102,11 +103,14 @@ class ModelConfig:
   def head_dim(self) -> int:
     return self.d_model // self.num_heads
 
+  @property
+  def compute_dtype(self):
+    return jnp.dtype(self.dtype)
+
   def to_dict(self) -> dict:
     """Plain JSON-able values (for ``config.json``)."""
     d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-    d["position_config"] = dataclasses.asdict(self.position_config)
-    d["dtype"] = np.dtype(self.dtype).name
+    d["position_options"] = dict(self.position_options)
     return d
 
   def validate(self) -> "ModelConfig":
@@ -114,83 +118,72 @@ class ModelConfig:
     def need(ok, key, allowed, value=None):
       if not ok:
         value = getattr(self, key) if value is None else value
-        raise ValueError(f"ModelConfig.{key} = {value!r} is not allowed; allowed: {allowed}")
+        raise ValueError(f"model.{key} = {value!r} is not allowed; allowed: {allowed}")
 
-    for key in ("vocab_size", "d_model", "num_heads", "d_ff", "num_encoder_layers", "num_decoder_layers",
-                "max_length"):
+    for key in ("vocab_size", "d_model", "num_heads", "d_ff", "num_decoder_layers", "max_length"):
       v = getattr(self, key)
       need(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1, key, "an int >= 1")
+    v = self.num_encoder_layers
+    need(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0, "num_encoder_layers",
+         "an int >= 0 (0: a decoder-only language model)")
     need(self.vocab_size > max(PAD, BOS, EOS), "vocab_size", "> 2 (ids 0, 1, 2 are PAD, BOS, EOS)")
     need(self.d_model % self.num_heads == 0, "num_heads", f"a divisor of d_model = {self.d_model}")
     for key in ("dropout_rate", "attention_dropout_rate"):
       v = getattr(self, key)
-      need(isinstance(v, (int, float)) and 0.0 <= v < 1.0, key, "a rate in [0, 1)")
+      need(isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v < 1.0, key, "a rate in [0, 1)")
     for key in ("pre_layer_norm", "share_embeddings", "deterministic", "decode"):
       need(isinstance(getattr(self, key), bool), key, "True or False")
-    need(isinstance(self.position_config, positions.PositionConfig), "position_config",
-         "an rpr.positions.PositionConfig")
-    names = sorted(positions.SCHEMES)
-    for key in ("encoder_position", "decoder_position"):
-      need(getattr(self, key) in positions.SCHEMES, key, names)
+    need(self.position in positions.SCHEMES, "position", sorted(positions.SCHEMES))
     cross = cross_schemes()
     need(self.cross_position in cross, "cross_position",
          f"{cross} (absolute schemes act at the embeddings, not in encoder-decoder attention)")
+    need(self.dtype in DTYPES, "dtype", list(DTYPES))
+    need(self.attention_implementation in ("dense", "chunked"), "attention_implementation", ["chunked", "dense"])
     try:
-      np.dtype(self.dtype)
-      floating = jnp.issubdtype(self.dtype, jnp.floating)
-    except TypeError:
-      floating = False
-    need(floating, "dtype", "a floating dtype such as jnp.float32 or jnp.bfloat16")
-    need(self.attention_implementation in layers.IMPLEMENTATIONS, "attention_implementation",
-         list(layers.IMPLEMENTATIONS))
-    for scheme in {self.encoder_position, self.decoder_position, self.cross_position}:
-      try:
-        blocks.position_config(self, causal=False).validate(scheme)
-      except (TypeError, ValueError) as e:
-        raise ValueError(f"ModelConfig.position_config is not allowed for scheme {scheme!r}: {e}") from None
-      if scheme == "rope" and self.head_dim % 2:
-        raise ValueError(f"ModelConfig: 'rope' needs an even head_dim, got d_model {self.d_model} / num_heads "
-                         f"{self.num_heads} = {self.head_dim}")
+      positions.check_options(self.position_options)
+      for scheme in {self.position, self.cross_position}:
+        positions.make(scheme, self.num_heads, self.head_dim, max_length=self.max_length,
+                       options=self.position_options)
+    except (TypeError, ValueError) as e:
+      raise ValueError(f"model.position_options: {e}") from None
     return self
 
 
 def cross_schemes() -> list[str]:
   """Scheme names that do something inside attention, plus ``none``."""
-  return sorted(n for n, cls in positions.SCHEMES.items()
-                if n == "none" or cls.attend is not positions.Scheme.attend)
+  return sorted(n for n, cls in positions.SCHEMES.items() if n == "none" or cls.acts_in_attention())
 
 
 # ----------------------------------------------------------------------------
 # Presets.
 
-_PRESETS = {
-    # Seconds on a CPU: for tests and the arithmetic task.
-    "tiny": dict(vocab_size=16, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=2, num_decoder_layers=2,
-                 dropout_rate=0.1, position_config=positions.PositionConfig(max_distance=8), max_length=64),
+PRESETS = {
+    # Seconds on a CPU: for tests.
+    "tiny": dict(vocab_size=16, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=2, num_decoder_layers=2, dropout_rate=0.1,
+                 position_options={"max_distance": 8}, max_length=64),
     # Shaw et al. base: 6+6 layers, d_model 512, 8 heads of 64, dropout 0.1,
     # k = 16, tables per layer and head. The paper's text says d_ff 1024; we
     # keep 2048 of the Transformer base (Vaswani et al.; tensor2tensor's
     # transformer_base) that its experiments build on.
-    "base": dict(),
+    "base": dict(d_model=512, num_heads=8, d_ff=2048, num_encoder_layers=6, num_decoder_layers=6, dropout_rate=0.1,
+                 position_options={"max_distance": 16, "share_heads": False}),
     # Shaw et al. big: d_model 1024, 16 heads, d_ff 4096, dropout 0.3 (EN-DE),
     # k = 8, tables per layer and shared across heads.
-    "big": dict(d_model=1024, num_heads=16, d_ff=4096, dropout_rate=0.3,
-                position_config=positions.PositionConfig(max_distance=8, share_heads=True)),
+    "big": dict(d_model=1024, num_heads=16, d_ff=4096, num_encoder_layers=6, num_decoder_layers=6, dropout_rate=0.3,
+                position_options={"max_distance": 8, "share_heads": True}),
 }
-PRESETS = tuple(_PRESETS)
 
 
 def preset(name: str, **overrides) -> ModelConfig:
-  """The named config with ``overrides`` applied and validated.
+  """The named config (:data:`PRESETS`) with ``overrides`` applied, validated.
 
   Presets use relative positions (``shaw``) in encoder and decoder
   self-attention and none elsewhere; Shaw's absolute baseline is
-  ``preset("base", encoder_position="sinusoidal", decoder_position="sinusoidal")``.
-  Attention dropout is 0 as in the papers (only residual and embedding dropout).
+  ``preset("base", position="sinusoidal")``.
   """
-  if name not in _PRESETS:
+  if name not in PRESETS:
     raise ValueError(f"unknown model preset {name!r}; allowed: {list(PRESETS)}")
-  return ModelConfig().replace(**{**_PRESETS[name], **overrides}).validate()
+  return ModelConfig().replace(**{**PRESETS[name], **overrides}).validate()
 
 
 # ----------------------------------------------------------------------------
@@ -206,17 +199,23 @@ def _embedding(config: ModelConfig) -> nn.Embed:
   # Variance 1/d_model so that the sqrt(d_model)-scaled inputs have unit
   # variance and the tied output logits start small.
   return nn.Embed(config.vocab_size, config.d_model, embedding_init=nn.initializers.normal(config.d_model ** -0.5),
-                  dtype=config.dtype)
+                  dtype=config.compute_dtype)
 
 
 def _stack_scheme(config: ModelConfig, name: str, causal: bool, key: str) -> nn.Module:
   """The scheme module of one stack: absolute encodings at the embeddings, shared attention terms."""
-  return positions.make(name, config.num_heads, config.head_dim, blocks.position_config(config, causal), name=key)
+  return positions.make(name, config.num_heads, config.head_dim, causal=causal, max_length=config.max_length,
+                        options=config.position_options, name=key)
+
+
+def _shared(scheme: nn.Module):
+  """The stack's scheme if its layers share it (T5), else None (each layer makes its own)."""
+  return scheme if scheme.shared_across_layers else None
 
 
 def _embed(config: ModelConfig, embedding: nn.Module, scheme: nn.Module, ids: Array, offset=0) -> Array:
   """``ids [b, L]`` -> ``[b, L, d]``: ``sqrt(d) E[ids]`` plus any absolute encoding, then dropout."""
-  x = embedding(ids) * jnp.sqrt(jnp.asarray(config.d_model, config.dtype))
+  x = embedding(ids) * jnp.sqrt(jnp.asarray(config.d_model, config.compute_dtype))
   x = scheme.embed(x, offset)
   return nn.Dropout(config.dropout_rate)(x, deterministic=config.deterministic)
 
@@ -230,49 +229,46 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, inputs: Array) -> Array:
     c = self.config
-    scheme = _stack_scheme(c, c.encoder_position, False, "position")
-    shared = scheme if c.encoder_position in SHARED_ACROSS_LAYERS else None
+    scheme = _stack_scheme(c, c.position, False, "position")
     valid = inputs != PAD
-    mask = padding_mask(valid, valid)
     x = _embed(c, self.embedding, scheme, inputs)
     for i in range(c.num_encoder_layers):
-      x = blocks.EncoderBlock(c, scheme=shared, name=f"layer_{i}")(x, mask)
+      x = blocks.EncoderBlock(c, scheme=_shared(scheme), name=f"layer_{i}")(x, valid)
     if c.pre_layer_norm:
-      x = nn.LayerNorm(dtype=c.dtype, name="final_norm")(x)
+      x = nn.LayerNorm(dtype=c.compute_dtype, name="final_norm")(x)
     return x
 
 
 class Decoder(nn.Module):
-  """``(encoded [b, L_in, d], inputs [b, L_in], decoder_inputs [b, L_out]) -> logits [b, L_out, vocab]``."""
+  """``(decoder_inputs [b, L_out], encoded [b, L_in, d] | None, inputs [b, L_in] | None) -> logits [b, L_out, vocab]``.
+
+  Without ``encoded`` the blocks have no encoder-decoder attention (a decoder-only language model).
+  """
 
   config: ModelConfig
   embedding: nn.Module
 
   @nn.compact
-  def __call__(self, encoded: Array, inputs: Array, decoder_inputs: Array) -> Array:
+  def __call__(self, decoder_inputs: Array, encoded=None, inputs=None) -> Array:
     c = self.config
     offset = self._position(decoder_inputs.shape[1]) if c.decode else 0
-    self_scheme = _stack_scheme(c, c.decoder_position, True, "position")
+    self_scheme = _stack_scheme(c, c.position, True, "position")
     cross_scheme = None
-    if c.cross_position in SHARED_ACROSS_LAYERS:
+    if encoded is not None and positions.get(c.cross_position).shared_across_layers:
       cross_scheme = _stack_scheme(c, c.cross_position, False, "cross_position")
-    cross_mask = padding_mask(None, inputs != PAD)
-    if c.decode:
-      self_mask = None  # the cache masks the keys not yet written
-    else:
-      valid = decoder_inputs != PAD
-      self_mask = combine_masks(padding_mask(valid, valid), causal_mask(valid.shape[1], valid.shape[1]))
+    # Decode steps see the cache, whose unwritten keys the causal mask hides.
+    self_valid = None if c.decode else decoder_inputs != PAD
+    encoded_valid = None if inputs is None else inputs != PAD
     y = _embed(c, self.embedding, self_scheme, decoder_inputs, offset)
-    shared = self_scheme if c.decoder_position in SHARED_ACROSS_LAYERS else None
     for i in range(c.num_decoder_layers):
-      y = blocks.DecoderBlock(c, self_scheme=shared, cross_scheme=cross_scheme, name=f"layer_{i}")(
-          y, encoded, self_mask, cross_mask, offset)
+      y = blocks.DecoderBlock(c, self_scheme=_shared(self_scheme), cross_scheme=cross_scheme, name=f"layer_{i}")(
+          y, self_valid, encoded, encoded_valid, offset)
     if c.pre_layer_norm:
-      y = nn.LayerNorm(dtype=c.dtype, name="final_norm")(y)
+      y = nn.LayerNorm(dtype=c.compute_dtype, name="final_norm")(y)
     if c.share_embeddings:
       logits = self.embedding.attend(y)
     else:
-      logits = nn.Dense(c.vocab_size, dtype=c.dtype, name="logits")(y)
+      logits = nn.Dense(c.vocab_size, dtype=c.compute_dtype, name="logits")(y)
     return logits.astype(jnp.float32)
 
   def _position(self, length: int):
@@ -323,7 +319,7 @@ class Transformer(nn.Module):
     in decode mode ``L_out == 1`` and the ``cache`` collection must be mutable.
     ``inputs`` supply the padding mask of the encoder-decoder attention.
     """
-    return self.decoder(encoded, inputs, decoder_inputs)
+    return self.decoder(decoder_inputs, encoded, inputs)
 
   def __call__(self, inputs: Array, targets: Array) -> Array:
     """Teacher-forced logits ``[batch, L_out, vocab]`` for ``targets [batch, L_out]``."""

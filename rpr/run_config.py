@@ -2,80 +2,41 @@
 
 ``validate(config, num_devices)`` runs before any data or model is built; a
 bad value fails with a ``ValueError`` naming the config key and what is
-allowed. ``model_config(config, vocab_size)`` turns the flat run config into
-a :class:`rpr.model.ModelConfig`: the preset ``config.preset``, then every
-model key that is not None (None keeps the preset's value).
+allowed. ``model_config(config, vocab_size)`` is
+``ModelConfig(**config.model, vocab_size=vocab_size)``, validated: the
+``model`` sub-dict holds the model's fields by name.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
-
-import jax.numpy as jnp
+import os
 
 from rpr import data
-from rpr import layers
 from rpr import model as model_lib
 from rpr import optim
-from rpr import positions
 
 DECODE_METHODS = ("greedy", "beam")
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
-# Run-config key -> ModelConfig field; None in the run config keeps the preset's value.
-MODEL_KEYS = {
-    "d_model": "d_model",
-    "num_heads": "num_heads",
-    "d_ff": "d_ff",
-    "num_encoder_layers": "num_encoder_layers",
-    "num_decoder_layers": "num_decoder_layers",
-    "dropout_rate": "dropout_rate",
-    "attention_dropout_rate": "attention_dropout_rate",
-    "pre_layer_norm": "pre_layer_norm",
-    "share_embeddings": "share_embeddings",
-    "model_max_length": "max_length",
-    "attention_implementation": "attention_implementation",
-}
-# Run-config keys that are PositionConfig fields of the same name.
-POSITION_KEYS = ("max_distance", "use_keys", "use_values", "share_heads", "num_buckets", "bucket_max_distance",
-                 "rope_base", "alibi_directional")
+
+class ConfigError(ValueError):
+  """A user error in the run config or its workdir: the message names the bad thing and what is allowed."""
+# ModelConfig fields the engine sets itself, not the run config.
+ENGINE_FIELDS = ("vocab_size", "deterministic", "decode")
 
 
 def model_config(config, vocab_size: int) -> model_lib.ModelConfig:
-  """The ModelConfig of ``config`` (preset + overrides + position schemes), validated."""
-  overrides = {field: config[key] for key, field in MODEL_KEYS.items() if config.get(key) is not None}
-  base = model_lib.preset(config.preset)
-  pos = {k: config[k] for k in POSITION_KEYS if config.get(k) is not None}
-  overrides["position_config"] = dataclasses.replace(base.position_config, **pos)
-  if config.get("position") is not None:
-    overrides["encoder_position"] = overrides["decoder_position"] = config.position
-  if config.get("cross_position") is not None:
-    overrides["cross_position"] = config.cross_position
-  overrides["dtype"] = DTYPES[config.dtype]
-  return model_lib.preset(config.preset, vocab_size=vocab_size, **overrides)
-
-
-def parse_variant(variant: str, flags=(), keys=()) -> tuple[set[str], dict[str, str]]:
-  """Splits a config variant ``"table2,k=4"`` into flags ``{"table2"}`` and settings ``{"k": "4"}``.
-
-  ``flags`` and ``keys`` are the allowed bare words and ``key=value`` keys; an
-  unknown or repeated word fails naming the allowed ones. Values stay strings.
-  """
-  found, settings = set(), {}
-  for word in (w.strip() for w in variant.split(",")):
-    if not word:
-      continue
-    key, eq, value = word.partition("=")
-    if eq and key in keys and key not in settings:
-      settings[key] = value
-    elif not eq and word in flags and word not in found:
-      found.add(word)
-    else:
-      raise ValueError(f"config variant {variant!r}: bad or repeated word {word!r}; allowed: flags "
-                       f"{sorted(flags)}, keys {sorted(k + '=...' for k in keys)}")
-  return found, settings
+  """``ModelConfig(**config.model, vocab_size=vocab_size)``, validated (errors name ``config.model.<key>``)."""
+  values = config.model.to_dict() if hasattr(config.model, "to_dict") else dict(config.model)
+  fields = [f for f in model_lib.ModelConfig.__dataclass_fields__ if f not in ENGINE_FIELDS]
+  unknown = sorted(set(values) - set(fields))
+  if unknown:
+    raise ValueError(f"config.model has unknown key(s) {unknown}; allowed: {fields}")
+  try:
+    return model_lib.ModelConfig(**values, vocab_size=vocab_size).validate()
+  except ValueError as e:
+    raise ValueError(f"config.{e}") from None
 
 
 def _fail(key: str, value, allowed) -> None:
@@ -106,8 +67,22 @@ def _choice(config, key: str, allowed) -> None:
     _fail(key, config.get(key), list(allowed))
 
 
-def validate(config, num_devices: int) -> None:
-  """Raises ``ValueError`` naming the first bad key of ``config`` and what it allows."""
+def validate(config, num_devices: int, workdir: str | None = None) -> None:
+  """Raises :class:`ConfigError` naming the first bad key of ``config`` (or the workdir) and what it allows."""
+  if workdir is not None and os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ConfigError(f"--workdir {workdir!r} is a file; allowed: a directory (created if missing)")
+  try:
+    _validate(config, num_devices)
+  except ConfigError:
+    raise
+  except (ValueError, TypeError, KeyError, AttributeError) as e:
+    message = str(e).strip('"')
+    if isinstance(e, (KeyError, AttributeError)):
+      message = f"config has no key {message}; see configs/base.py or --print_config"
+    raise ConfigError(message) from None
+
+
+def _validate(config, num_devices: int) -> None:
   # Data.
   entry = data.entry(config.get("dataset"))
   for key in ("batch_size", "eval_batch_size"):
@@ -126,36 +101,8 @@ def validate(config, num_devices: int) -> None:
   _int(config, "seed", 0)
   _int(config, "max_eval_batches", 1, optional=True)
 
-  # Model.
-  _choice(config, "preset", model_lib.PRESETS)
-  _choice(config, "position", sorted(positions.SCHEMES))
-  _choice(config, "cross_position", model_lib.cross_schemes())
-  _choice(config, "dtype", list(DTYPES))
-  if config.get("attention_implementation") is not None:
-    _choice(config, "attention_implementation", list(layers.IMPLEMENTATIONS))
-  for key in ("d_model", "num_heads", "d_ff", "num_encoder_layers", "num_decoder_layers", "model_max_length"):
-    _int(config, key, 1, optional=True)
-  for key in ("dropout_rate", "attention_dropout_rate"):
-    _real(config, key, 0.0, 1.0, optional=True)
-    if config.get(key) == 1.0:
-      _fail(key, 1.0, "a rate in [0, 1) or None")
-  base = model_lib.preset(config.preset)
-  d_model = config.get("d_model") or base.d_model
-  num_heads = config.get("num_heads") or base.num_heads
-  if d_model % num_heads:
-    raise ValueError(f"config.num_heads = {num_heads} does not divide config.d_model = {d_model}; allowed: a "
-                     f"divisor of {d_model}")
-  _int(config, "max_distance", 0, optional=True)
-  for key in ("num_buckets", "bucket_max_distance"):
-    _int(config, key, 2, optional=True)
-  _real(config, "rope_base", 1.0, lo_open=True, optional=True)
-  for key in ("use_keys", "use_values", "share_heads", "alibi_directional", "pre_layer_norm", "share_embeddings"):
-    if config.get(key) not in (None, True, False):
-      _fail(key, config.get(key), "True, False or None")
-  try:
-    model_config(config, vocab_size=max(3, base.vocab_size))  # any vocabulary: the task is not built yet
-  except ValueError as e:
-    raise ValueError(f"config describes an invalid model: {e}") from None
+  # Model: any vocabulary will do, the task is not built yet.
+  model_config(config, vocab_size=3)
 
   # Optimisation.
   _choice(config, "optimizer", optim.OPTIMIZERS)
@@ -175,6 +122,7 @@ def validate(config, num_devices: int) -> None:
   # Evaluation and bookkeeping.
   _choice(config, "decode_method", DECODE_METHODS)
   _int(config, "beam_size", 1)
+  _int(config, "decode_extra_length", 1)
   _real(config, "beam_alpha", 0.0)
   for key in ("eval_every_steps", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints"):
     _int(config, key, 1)

@@ -138,7 +138,18 @@ def eval_step(params, batch: dict[str, Array], *, model: Transformer, label_smoo
 # Evaluation.
 
 
-def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Callable) -> dict[str, float]:
+def decode_limits(inputs: np.ndarray, pad_id: int, extra: int, cap: int) -> np.ndarray:
+  """Per row, the most tokens decoding may write: its input length (non-PAD tokens) + ``extra``, at most ``cap``.
+
+  Tensor2tensor's rule (input length + 50). It reads only the inputs, so no
+  hypothesis depends on its reference: not through the limit, not through
+  the batch's padded width.
+  """
+  return np.minimum(np.sum(inputs != pad_id, axis=1) + extra, cap)
+
+
+def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Callable,
+             max_decode_length: int) -> dict[str, float]:
   """Loss, token accuracy, exact match (decoded) and, for text tasks, BLEU on each of ``config.eval_splits``.
 
   BLEU scores the decoded hypotheses against ``task.references(split)``, the
@@ -158,7 +169,11 @@ def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Ca
       sharded = shard_batch(batch, mesh)
       for k, v in jax.device_get(eval_fn(params, sharded)).items():
         sums[k] += float(v)
-      predictions = np.asarray(jax.device_get(predict_fn(params, sharded["inputs"], batch["targets"].shape[1])))
+      limits = decode_limits(batch["inputs"], task.vocab.pad_id, config.decode_extra_length, max_decode_length)
+      # One compiled search per multiple of 16 tokens; each row is then cut at its own limit.
+      length = int(min(max_decode_length, -(-limits.max() // 16) * 16))
+      predictions = np.asarray(jax.device_get(predict_fn(params, sharded["inputs"], length)))
+      predictions = np.where(np.arange(predictions.shape[1]) < limits[:, None], predictions, task.vocab.pad_id)
       match, valid = metrics.exact_match(predictions, batch["targets"])
       matches.append(match[valid])
       lengths.append(np.sum(batch["inputs"][valid] != task.vocab.pad_id, axis=1))
@@ -197,11 +212,12 @@ def _handle_sigterm(stop: _StopRequest):
   if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
     yield
     return
-  previous = signal.signal(signal.SIGTERM, stop)
+  previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}  # kill and Ctrl-C
   try:
     yield
   finally:
-    signal.signal(signal.SIGTERM, previous)
+    for s, handler in previous.items():
+      signal.signal(s, handler)
 
 
 def _check_finite(step: int, m: dict, ckpt: checkpoint.Checkpoints) -> None:
@@ -230,8 +246,10 @@ def _summarise(history: list[dict]) -> dict[str, float]:
 def _save_config(config, model_config: ModelConfig, workdir: str) -> None:
   if jax.process_index() != 0:
     return
+  # XLA's CPU threading changes reduction orders, so a result reproduces bit for bit only with the same flags.
   record = {"config": json.loads(config.to_json_best_effort()), "model_config": model_config.to_dict(),
-            "num_devices": jax.device_count(), "num_processes": jax.process_count()}
+            "num_devices": jax.device_count(), "num_processes": jax.process_count(),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""), "jax_version": jax.__version__}
   with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
     json.dump(record, f, indent=2, sort_keys=True)
 
@@ -245,7 +263,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
   ``num_train_steps`` (no final evaluation then).
   """
   mesh = make_mesh()
-  run_config.validate(config, num_devices=mesh.size)
+  run_config.validate(config, num_devices=mesh.size, workdir=workdir)
   os.makedirs(workdir, exist_ok=True)
 
   task = data.get_task(config, workdir, num_devices=mesh.size)
@@ -273,7 +291,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
   else:
     state = jax.jit(init_fn, out_shardings=replicated)(rng)
     n = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
-    logging.info("Initialised %s parameters (preset %s) on %d device(s).", f"{n:,}", config.preset, mesh.size)
+    logging.info("Initialised %s parameters on %d device(s).", f"{n:,}", mesh.size)
 
   step_fn = jax.jit(
       functools.partial(train_step, model=model, tx=tx, schedule=schedule, label_smoothing=config.label_smoothing),
@@ -286,7 +304,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
     if not config.eval_splits:
       return {}
     t0 = time.time()
-    results = evaluate(config, task, state.params, mesh, eval_fn, predict_fn)
+    results = evaluate(config, task, state.params, mesh, eval_fn, predict_fn, model_config.max_length)
     writer.write_scalars(step, results)
     logging.info("eval step %d (%.1fs): %s", step, time.time() - t0,
                  ", ".join(f"{k} {v:.4f}" for k, v in results.items()))

@@ -20,10 +20,10 @@ import pytest
 
 from experiments import arithmetic as experiment
 from experiments import attention_maps
-from rpr import compare
+from experiments import compare
 from rpr import data
 from rpr import model as model_lib
-from rpr import positions
+from rpr.attention import positions
 from rpr import run_config
 from rpr.data import arithmetic
 from rpr.data.task import CharVocab
@@ -34,9 +34,8 @@ LENGTH = 8  # padded input length: pads are part of what the invariance must sur
 
 
 def arithmetic_config(variant=""):
-  spec = importlib.util.spec_from_file_location("rpr_configs_arithmetic", ROOT / "configs" / "arithmetic.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  from configs import arithmetic as module
+
   return module.get_config(variant)
 
 
@@ -47,11 +46,11 @@ def _encode(texts):
   return jnp.asarray(ids)
 
 
-def _logits(position: str, texts, **position_config):
+def _logits(position: str, texts, **position_options):
   """Teacher-forced logits of a tiny untrained model for the same target after each input; ``[n, L_out, V]``."""
   config = model_lib.preset(
-      "tiny", vocab_size=VOCAB.size, encoder_position=position, decoder_position="sinusoidal", dropout_rate=0.0,
-      position_config=positions.PositionConfig(**position_config), deterministic=True)
+      "tiny", vocab_size=VOCAB.size, position=position, dropout_rate=0.0, position_options=position_options,
+      deterministic=True)
   model = model_lib.Transformer(config)
   inputs = _encode(texts)
   targets = jnp.asarray(np.tile(np.array([VOCAB.encode("232") + [2]], np.int32), (len(texts), 1)))
@@ -78,7 +77,7 @@ def test_symmetric_alibi_cannot_tell_an_input_from_its_reverse_but_directional_a
   sym = _logits("alibi", texts)
   np.testing.assert_allclose(sym[1], sym[0], rtol=0, atol=1e-5)
   assert np.max(np.abs(sym[2] - sym[0])) > 1e-3  # distances do tell other orders apart
-  directional = _logits("alibi", texts, alibi_directional=True)
+  directional = _logits("alibi_directional", texts)
   assert np.max(np.abs(directional[1] - directional[0])) > 1e-3
 
 
@@ -91,9 +90,9 @@ def _untrained_params(config):
                                           ("alibi", False)])
 def test_attention_rows_of_the_two_ones_are_equal_exactly_when_there_is_no_position(scheme, zero):
   config = compare.with_scheme(arithmetic_config(), scheme)
-  config.d_model, config.d_ff = 32, 64
+  config.model.d_model, config.model.d_ff = 32, 64
   weights = attention_maps.encoder_attention(config, _untrained_params(config), "12+1")
-  assert weights.shape == (config.num_encoder_layers, config.num_heads, 4, 4)
+  assert weights.shape == (config.model.num_encoder_layers, config.model.num_heads, 4, 4)
   np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
   diff = attention_maps.row_difference(weights, 0, 3)
   assert (diff == 0.0) if zero else (diff > 1e-4), diff
@@ -101,16 +100,19 @@ def test_attention_rows_of_the_two_ones_are_equal_exactly_when_there_is_no_posit
 
 def test_config_variants_and_registration():
   c = arithmetic_config("pe=shaw,k=4")
-  assert (c.position, c.max_distance, c.dataset, c.compare_positions) == ("shaw", 4, "arithmetic", ())
+  assert (c.model.position, c.model.position_options.max_distance, c.dataset) == ("shaw", 4, "arithmetic")
   c = arithmetic_config("pe=alibi,directional=1,seed=2")
-  assert (c.position, c.alibi_directional, c.seed) == ("alibi", True, 2)
-  assert arithmetic_config("quick").compare_positions == ("sinusoidal", "none")
-  with pytest.raises(ValueError):
-    arithmetic_config("pe=fourier")
+  assert (c.model.position, c.seed) == ("alibi_directional", 2)
+  assert arithmetic_config("quick").num_train_steps == 3000
+  for bad, match in (("pe=fourier", r"pe='fourier' is not allowed; allowed: one of \['alibi'"),
+                     ("pe=alibi,directional=yes", r"directional='yes' is not allowed"),
+                     ("pe=rope,k=3", r"k= is Shaw's clipping distance; pe=rope has none"),
+                     ("pe=rope,directional=1", r"directional=1 is ALiBi's"),
+                     ("pe=shaw,pe=rope", r"unknown or repeated word 'pe=rope'")):
+    with pytest.raises(ValueError, match=match):
+      arithmetic_config(bad)
   assert data.entry("arithmetic").splits == ("test",)
-  directional = compare.with_scheme(c, "alibi_directional")
-  assert (directional.position, directional.alibi_directional) == ("alibi", True)
-  assert compare.with_scheme(directional, "alibi").alibi_directional is False
+  assert compare.with_scheme(c, "shaw").model.position == "shaw"
 
 
 def _fake_runs():
@@ -147,10 +149,10 @@ def test_report_writes_markdown_and_json(tmp_path):
 def test_compare_positions_end_to_end_on_the_tiny_data_set(tmp_path, capsys):
   """What `python run.py` does, on 200 single-digit examples and a few steps (two trainings)."""
   config = arithmetic_config("quick")
-  config.update(dict(arithmetic_config="n10_addsub", data_dir=str(tmp_path / "tfds"), d_model=16, num_heads=2,
-                     d_ff=32, num_encoder_layers=1, num_decoder_layers=1, batch_size=16, eval_batch_size=20,
-                     num_train_steps=3, warmup_steps=1, log_every_steps=3))
-  out = compare.compare_positions(config, str(tmp_path / "runs"))
+  config.update(dict(arithmetic_config="n10_addsub", data_dir=str(tmp_path / "tfds"), batch_size=16,
+                     eval_batch_size=20, num_train_steps=3, warmup_steps=1, log_every_steps=3))
+  config.model.update(dict(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=1))
+  out = compare.compare_positions(config, str(tmp_path / "runs"), ("sinusoidal", "none"))
   assert set(out["runs"]) == {"sinusoidal", "none"}
   bag = out["bounds"]["bag_all"]
   assert 0 < bag < 1 and (tmp_path / "runs" / "bounds.json").exists()

@@ -1,4 +1,4 @@
-"""rpr.attention and rpr.reference against float64 loops written from the equations.
+"""rpr.attention (dense, chunked) and rpr.attention.reference against float64 loops written from the equations.
 
 Shaw et al. (2018), for heads of size d:
 
@@ -11,6 +11,7 @@ about ten times faster than running its primitives eagerly on fresh shapes.
 
 import functools
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +19,8 @@ import numpy as np
 import pytest
 
 from rpr import attention as attn
-from rpr import reference
+from rpr.attention import reference
+from rpr.attention.relative import relative_logits
 
 # ----------------------------------------------------------------------------
 # Oracles: one scalar at a time, straight from the equations.
@@ -27,8 +29,8 @@ from rpr import reference
 def shaw_loop(q, k, v, key_table, value_table, max_distance, offset=0, mask=None, ids=None):
   """Per-element Shaw attention in float64 numpy; returns (z [b, q, h, d], alpha [b, h, q, k]).
 
-  Query ``i`` sits at position ``i + offset``; masked keys get weight exactly 0
-  (rows must keep at least one visible key).
+  Query ``i`` sits at position ``i + offset``; masked keys get weight exactly 0,
+  and a row without any visible key attends to nothing (zero weights, zero output).
   """
   b, nq, h, d = q.shape
   nk = k.shape[1]
@@ -49,6 +51,8 @@ def shaw_loop(q, k, v, key_table, value_table, max_distance, offset=0, mask=None
   for bi in range(b):
     for hi in range(h):
       for i in range(nq):
+        if not visible[bi, hi, i].any():
+          continue
         e = np.full(nk, -np.inf)
         for j in range(nk):
           if visible[bi, hi, i, j]:
@@ -64,7 +68,7 @@ def shaw_loop(q, k, v, key_table, value_table, max_distance, offset=0, mask=None
 
 
 def additive_loop(q, k, v, score, mask=None):
-  """Bahdanau: e_ij = score_h^T tanh(q_i + k_j), alpha = softmax_j(e), z_i = sum_j alpha_ij v_j."""
+  """Bahdanau: e_ij = score_h^T tanh(q_i + k_j), alpha = softmax_j(e), z_i = sum_j alpha_ij v_j (0 if no key)."""
   b, nq, h, _ = q.shape
   nk = k.shape[1]
   score = np.broadcast_to(score, (h, q.shape[-1]))
@@ -73,6 +77,8 @@ def additive_loop(q, k, v, score, mask=None):
   for bi in range(b):
     for hi in range(h):
       for i in range(nq):
+        if not visible[bi, hi, i].any():
+          continue
         e = np.array([np.dot(score[hi], np.tanh(q[bi, i, hi] + k[bi, j, hi])) if visible[bi, hi, i, j] else -np.inf
                       for j in range(nk)])
         w = np.exp(e - e.max())
@@ -286,7 +292,7 @@ def test_clipped_key_contribution_is_the_distance_2_vector(x64, rng):
   q = rng.normal(size=(1, 1, 1, D))
   kt = rng.normal(size=(5, D))
   scaled = q / math.sqrt(D)
-  got = np.asarray(jax.jit(lambda q, t: attn.relative_logits(q, attn.Relative(2, t), 7))(
+  got = np.asarray(jax.jit(lambda q, t: relative_logits(q, attn.Relative(2, t), 7))(
       jnp.asarray(scaled), jnp.asarray(kt)))[0, 0, 0]
   want = [scaled[0, 0, 0] @ kt[min(j, 2) + 2] for j in range(7)]
   np.testing.assert_allclose(got, want, rtol=1e-12)
@@ -370,40 +376,135 @@ def test_causal_mask_positions():
   np.testing.assert_array_equal(m, [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]])
 
 
-# ----------------------------------------------------------------------------
-# 9. Local (blocked) attention and additive attention.
+def _empty_row_mask(case, nq, nk):
+  """(Mask, q_offset) leaving some query rows without any key, three ways."""
+  if case == "key_valid":  # batch element 1 has no valid key
+    return attn.Mask(key_valid=jnp.asarray(np.arange(nk)[None, :] < np.array([[nk - 1], [0]]))), 0
+  if case == "causal_negative_offset":  # queries at -3..nq-4: the first three precede every key
+    return attn.Mask(causal=True), -3
+  # window 1 around each query, and an array that forbids exactly those keys for rows 1 and 4 (batch 0)
+  # and row 2 (batch 1)
+  near = np.abs(np.arange(nk)[None, :] - np.arange(nq)[:, None]) <= 1
+  rows = np.zeros((B, nq), bool)
+  rows[0, [1, 4]] = rows[1, 2] = True
+  array = ~(near[None] & rows[:, :, None])[:, None]  # [B, 1, nq, nk]
+  return attn.Mask(window=1, array=jnp.asarray(array)), 0
 
 
-@pytest.mark.parametrize("n,window,causal,padded", [
-    (7, 2, False, True), (7, 2, True, True), (8, 3, False, False), (8, 3, True, True), (5, 1, False, True),
-    (5, 1, True, False), (3, 4, False, True)])  # last: window longer than the sequence
-def test_local_attention_equals_windowed_dot_product(rng, n, window, causal, padded):
-  q, k, v = (a.astype(np.float32) for a in qkv(rng, nq=n, nk=n))
-  k_valid = np.arange(n)[None, :] < np.asarray([n, n - 2 if padded else n])[:, None]
+@pytest.mark.parametrize("case", ["key_valid", "causal_negative_offset", "window_and_array"])
+def test_rows_without_a_key_are_zero_with_zero_gradient(x64, rng, case):
+  # A query that the mask leaves without any key attends to nothing: dense,
+  # chunked and the float64 reference output exactly zero there and pass no
+  # gradient from it to q, k, v or Shaw's tables; every other row is the
+  # ordinary attention, in all three and in the loop.
+  nq, nk, kd = 6, 7, 2
+  q, k, v = qkv(rng, nq, nk)
+  kt, vt = tables(rng, "per_head", "both", rows=2 * kd + 1)
+  mask, off = _empty_row_mask(case, nq, nk)
+  dense_mask = np.broadcast_to(np.asarray(mask.dense(nq, nk, off)), (B, H, nq, nk))
+  empty = ~dense_mask.any(-1)  # [B, H, nq]
+  assert empty.any() and not empty.all()
+  empty_rows = np.transpose(empty, (0, 2, 1))[..., None]  # [B, nq, H, 1], as the output
+  cotangents = (rng.normal(size=q.shape), rng.normal(size=q.shape) * empty_rows)  # everywhere; empty rows only
+
+  fns = {
+      "dense": lambda q, k, v, kt, vt: attn.dot_product_attention(
+          q, k, v, mask=mask, q_offset=off, relative=attn.Relative(kd, kt, vt, off)),
+      "chunked": lambda q, k, v, kt, vt: attn.chunked_attention(
+          q, k, v, mask=mask, q_offset=off, relative=attn.Relative(kd, kt, vt, off), block_q=3, block_k=4),
+      "reference": lambda q, k, v, kt, vt: reference.shaw_attention_reference(
+          q, k, v, kt, vt, kd, off, jnp.asarray(dense_mask)),
+  }
 
   @jax.jit
-  def both(q, k, v, k_valid):
-    local = attn.local_attention(q, k, v, window, causal=causal, key_valid=k_valid)
-    mask = attn.combine_masks(attn.window_mask(n, n, window, causal=causal), attn.padding_mask(None, k_valid))
-    return local, attn.dot_product_attention(q, k, v, mask=mask)
+  def run(*args):
+    results = {}
+    for name, f in fns.items():
+      out, vjp = jax.vjp(f, *args)
+      results[name] = out, [vjp(jnp.asarray(g)) for g in cotangents]
+    _, weights = attn.dot_product_attention(*args[:3], mask=mask, q_offset=off,
+                                            relative=attn.Relative(kd, *args[3:], off), return_weights=True)
+    return results, weights
 
-  local, dense = map(np.asarray, both(q, k, v, k_valid))
-  # Rows with no visible key at all (a padded query whose whole window is
-  # padding) are undefined: the dense path averages all values, the blocked
-  # path its 3 * window slots. Compare the rows that mean something.
-  dense_mask = np.asarray(attn.window_mask(n, n, window, causal=causal))[0, 0][None] & k_valid[:, None, :]
-  rows = dense_mask.any(-1)  # [B, n]
-  assert rows.sum() >= n
-  np.testing.assert_allclose(local[rows], dense[rows], rtol=1e-5, atol=1e-6)
+  results, weights = run(*map(jnp.asarray, (q, k, v, kt, vt)))
+  z, alpha = shaw_loop(q, k, v, kt, vt, kd, off, dense_mask)
+  assert np.all(np.asarray(weights)[empty] == 0)
+  np.testing.assert_allclose(np.asarray(weights), alpha, rtol=1e-10, atol=1e-12)
+  names = ("query", "key", "value", "key_table", "value_table")
+  want_grads = results["reference"][1][0]
+  for name, (out, (grads, grads_from_empty)) in results.items():
+    out = np.asarray(out)
+    assert np.all(out[np.broadcast_to(empty_rows, out.shape)] == 0), name  # exactly zero
+    np.testing.assert_allclose(out, z, rtol=1e-10, atol=1e-12, err_msg=name)
+    for arg, g in zip(names, grads_from_empty):
+      assert np.all(np.asarray(g) == 0), f"{name}: gradient reaches {arg} from a row without keys"
+    for arg, g, want in zip(names, grads, want_grads):
+      assert np.all(np.isfinite(np.asarray(g))), (name, arg)
+      assert np.any(np.asarray(want) != 0), arg  # the comparison must be able to fail
+      np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-9, atol=1e-12, err_msg=f"{name}, {arg}")
 
 
-@pytest.mark.parametrize("shared_score", [False, True])
-def test_additive_attention_matches_loop(x64, rng, shared_score):
+# ----------------------------------------------------------------------------
+# 9. Restricted (local-window) attention and additive attention.
+#
+# Restricted attention is Mask(window=r): query i (at q_offset + i) sees keys
+# |j - (q_offset + i)| <= r. Dense masks it; chunked evaluates it per block.
+# Both must equal dot_product_attention with the window_mask array.
+
+
+@pytest.mark.parametrize("nq,nk,window,causal,padded,q_offset", [
+    (7, 7, 2, False, True, 0), (7, 7, 2, True, True, 0), (8, 8, 3, False, False, 0), (8, 8, 3, True, True, 0),
+    (5, 5, 1, False, True, 0), (5, 5, 1, True, False, 0),
+    (3, 3, 4, False, True, 0),  # window longer than the sequence
+    (6, 6, 0, False, True, 0),  # window 0: each query sees its own position only
+    (4, 9, 2, True, True, 3),  # a decoder chunk at positions 3..6 over 9 keys
+    (5, 7, 1, False, True, -2),  # queries before the keys: the first ones see no key at all
+])
+def test_window_mask_equals_windowed_dot_product(rng, nq, nk, window, causal, padded, q_offset):
+  q, k, v = (a.astype(np.float32) for a in qkv(rng, nq=nq, nk=nk))
+  k_valid = np.arange(nk)[None, :] < np.asarray([nk, nk - 2 if padded else nk])[:, None]
+
+  @jax.jit
+  def run(q, k, v, k_valid):
+    mask = attn.Mask(key_valid=k_valid, causal=causal, window=window)
+    array = attn.combine(attn.window_mask(nq, nk, window, offset=q_offset, causal=causal),
+                         attn.padding_mask(None, k_valid))
+    return (attn.dot_product_attention(q, k, v, mask=mask, q_offset=q_offset),
+            attn.chunked_attention(q, k, v, mask=mask, q_offset=q_offset, block_q=3, block_k=2),
+            attn.dot_product_attention(q, k, v, mask=array))
+
+  dense, chunked, want = map(np.asarray, run(q, k, v, k_valid))
+  visible = np.asarray(attn.window_mask(nq, nk, window, offset=q_offset, causal=causal))[0, 0][None] \
+      & k_valid[:, None, :]
+  assert visible.any(-1).sum() >= nq  # the comparison covers real rows
+  # Every row, including rows with no visible key (a padded query whose
+  # whole window is padding, a query before every key): those output zero.
+  np.testing.assert_allclose(dense, want, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(chunked, want, rtol=1e-5, atol=1e-6)
+  empty = ~visible.any(-1)  # [B, nq]
+  assert np.all(dense[empty] == 0) and np.all(chunked[empty] == 0)
+  assert np.all(np.any(want[~empty] != 0, axis=-1))
+
+
+def test_window_mask_positions():
+  m = np.asarray(attn.window_mask(3, 6, 1, offset=2))[0, 0]
+  np.testing.assert_array_equal(m, [[0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 0], [0, 0, 0, 1, 1, 1]])
+  # The Mask's dense form is the same array, and with causal only the past half of it.
+  np.testing.assert_array_equal(np.asarray(attn.Mask(window=1).dense(3, 6, 2))[0, 0], m)
+  causal = np.asarray(attn.Mask(window=1, causal=True).dense(3, 6, 2))[0, 0]
+  np.testing.assert_array_equal(causal, [[0, 1, 1, 0, 0, 0], [0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 0]])
+
+
+# Second case: batch element 1 has no valid key at all, so its rows are zero.
+@pytest.mark.parametrize("shared_score,k_lengths", [(False, (5, 2)), (True, (5, 0))])
+def test_additive_attention_matches_loop(x64, rng, shared_score, k_lengths):
   q, k, v = qkv(rng, nq=3, nk=5)
   score = rng.normal(size=(D,) if shared_score else (H, D))
-  mask = padding(3, 5, (5, 2))
+  mask = padding(3, 5, k_lengths)
   got = jax.jit(lambda *a: attn.additive_attention(*a[:4], mask=a[4]))(*map(jnp.asarray, (q, k, v, score, mask)))
-  np.testing.assert_allclose(np.asarray(got), additive_loop(q, k, v, score, mask), rtol=1e-10, atol=1e-12)
+  want = additive_loop(q, k, v, score, mask)
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-10, atol=1e-12)
+  assert np.all(np.asarray(got)[1] == 0) == (k_lengths[1] == 0)
 
 
 # ----------------------------------------------------------------------------
@@ -413,6 +514,11 @@ def test_additive_attention_matches_loop(x64, rng, shared_score):
 def _qkv32(nq=4, nk=4, dq=D, dk=D):
   z = lambda n, d: jnp.zeros((B, n, H, d))
   return z(nq, dq), z(nk, dk), z(nk, dk)
+
+
+# Every implementation runs check_qkv and Mask.check before any work.
+ATTENTION = {"dense": attn.dot_product_attention, "chunked": attn.chunked_attention,
+             "additive": lambda q, k, v, **kw: attn.additive_attention(q, k, v, jnp.zeros(q.shape[-1:], q.dtype), **kw)}
 
 
 @pytest.mark.parametrize("relative,match", [
@@ -434,26 +540,46 @@ def test_query_key_head_dim_mismatch_raises():
     attn.dot_product_attention(q, k, v)
 
 
+@pytest.mark.parametrize("wrap", [False, True])
 @pytest.mark.parametrize("mask", [jnp.ones((4, 4), bool), jnp.ones((B, 1, 4, 5), bool), jnp.ones((3, 1, 1, 4), bool)])
-def test_mask_of_wrong_shape_raises(mask):
-  with pytest.raises(ValueError, match=rf"mask has shape {re_shape(mask.shape)}; it must broadcast to "
+def test_mask_of_wrong_shape_raises(mask, wrap):
+  # A bare array is taken as Mask(array=...): the same check, the same message.
+  with pytest.raises(ValueError, match=rf"Mask\.array has shape {re_shape(mask.shape)}; it must broadcast to "
                                        r"\[batch, heads, q_length, k_length\] = \(2, 2, 4, 4\)"):
-    attn.dot_product_attention(*_qkv32(), mask=mask)
+    attn.dot_product_attention(*_qkv32(), mask=attn.Mask(array=mask) if wrap else mask)
+
+
+@pytest.mark.parametrize("fn", ["dense", "chunked"])
+def test_mask_key_valid_of_wrong_shape_raises(fn):
+  with pytest.raises(ValueError, match=r"Mask\.key_valid has shape \(2, 3\); allowed: \[batch, k_length\] = "
+                                       r"\(2, 4\) \(or \[1, k_length\]\)"):
+    ATTENTION[fn](*_qkv32(), mask=attn.Mask(key_valid=jnp.ones((B, 3), bool)))
 
 
 def re_shape(shape):
   return r"\(" + ", ".join(map(str, shape)) + r"\)"
 
 
-@pytest.mark.parametrize("window", [0, -1, 1.5, True])
-def test_local_attention_bad_window_raises(window):
-  with pytest.raises(ValueError, match=rf"window must be an int >= 1, got {window!r}"):
-    attn.local_attention(*_qkv32(), window)
+@pytest.mark.parametrize("fn", ["dense", "chunked"])
+@pytest.mark.parametrize("window", [-1, 1.5, True])
+def test_mask_bad_window_raises(fn, window):
+  with pytest.raises(ValueError, match=rf"window must be None or an int >= 0, got {re.escape(repr(window))}"):
+    ATTENTION[fn](*_qkv32(), mask=attn.Mask(window=window))
 
 
-def test_local_attention_bad_key_valid_raises():
-  with pytest.raises(ValueError, match=r"key_valid has shape \(2, 3\); allowed: \[batch, length\] = \(2, 4\)"):
-    attn.local_attention(*_qkv32(), 2, key_valid=jnp.ones((B, 3), bool))
+@pytest.mark.parametrize("fn", sorted(ATTENTION))
+@pytest.mark.parametrize("name", ["query", "key", "value"])
+def test_non_floating_inputs_raise(fn, name):
+  args = dict(zip(("query", "key", "value"), _qkv32()))
+  args[name] = args[name].astype(jnp.int32)
+  with pytest.raises(TypeError, match=rf"{name} has dtype int32; allowed: a floating dtype"):
+    ATTENTION[fn](*args.values())
+
+
+@pytest.mark.parametrize("fn", sorted(ATTENTION))
+def test_empty_axis_raises(fn):
+  with pytest.raises(ValueError, match=r"key has shape \(2, 0, 2, 3\); every axis must be >= 1"):
+    ATTENTION[fn](*_qkv32(nk=0))
 
 
 def test_window_mask_negative_window_raises():

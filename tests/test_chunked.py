@@ -1,8 +1,12 @@
-"""rpr.chunked: the linear-memory path equals dot_product_attention, values and gradients, for every scheme.
+"""rpr.attention.chunked: the linear-memory path equals dot_product_attention, values and gradients, for every scheme.
 
 Blocks are chosen small and not dividing the lengths (block_q=3, block_k=4 on
 lengths 7..11), so every case crosses block boundaries, pads, and (with Shaw
-terms) has key blocks left of, across and right of the band.
+terms) has key blocks left of, across and right of the band. The chunked path
+takes a :class:`~rpr.attention.Mask` (key validity, causal, window); the dense
+path it is held to takes the same mask as a boolean array built by
+``padding_mask``, ``causal_mask`` and ``window_mask``. Rows that the mask
+leaves without a key are zero in both, so every row is compared.
 """
 
 import functools
@@ -13,9 +17,9 @@ import numpy as np
 import pytest
 
 from rpr import attention as attn
-from rpr import positions
-from rpr.chunked import BAND, LEFT, Corner, band_plan, chunked_attention
-from rpr.layers import MultiHeadAttention
+from rpr.attention import positions
+from rpr.attention.chunked import BAND, LEFT, Corner, band_plan, chunked_attention
+from rpr.attention import MultiHeadAttention
 
 BLOCKS = dict(block_q=3, block_k=4)
 
@@ -29,30 +33,25 @@ def tables(rng, k, h=3, d=4, shared=False):
   return jnp.asarray(rng.normal(size=shape)), jnp.asarray(rng.normal(size=shape))
 
 
-def dense_mask(b, nq, nk, key_valid=None, causal=False, q_offset=0):
+def dense_mask(b, nq, nk, key_valid=None, causal=False, q_offset=0, window=None):
+  """The boolean array for dot_product_attention, built from the mask helpers (None: no mask)."""
   mask = None
   if key_valid is not None:
     mask = attn.padding_mask(None, key_valid)
   if causal:
-    mask = attn.combine_masks(mask, attn.causal_mask(nq, nk, q_offset))
+    mask = attn.combine(mask, attn.causal_mask(nq, nk, q_offset))
+  if window is not None:
+    mask = attn.combine(mask, attn.window_mask(nq, nk, window, q_offset))
   return mask
 
 
-def visible_rows(mask, b, h, nq):
-  """[b, nq, h, 1] weights zeroing rows without a visible key (unspecified in the chunked path)."""
-  if mask is None:
-    return jnp.ones((b, nq, h, 1))
-  vis = jnp.broadcast_to(mask, (b, h, nq, mask.shape[-1])).any(-1)
-  return jnp.transpose(vis, (0, 2, 1))[..., None].astype(jnp.float64)
-
-
 def compare(dense_fn, chunked_fn, args, cotangent, rtol=1e-10, atol=1e-10):
-  """Outputs and gradients (w.r.t. every argument) of the two functions agree on the visible rows."""
+  """Outputs and gradients (w.r.t. every argument) of the two functions agree, on every row."""
   def both(*args):
     outs = []
     for f in (dense_fn, chunked_fn):
       out, vjp = jax.vjp(f, *args)
-      outs.append((out * (cotangent != 0), vjp(cotangent)))
+      outs.append((out, vjp(cotangent)))
     return outs
 
   (o1, g1), (o2, g2) = jax.jit(both)(*args)
@@ -83,19 +82,24 @@ def test_shaw_matches_dense(x64, rng, k, terms, offset):
   compare(dense, chunked, (q, kk, v, kt, vt), g)
 
 
-@pytest.mark.parametrize("causal,padded,shared", [(True, False, False), (False, True, True), (True, True, False)])
-@pytest.mark.parametrize("q_offset", [0, 2])
-def test_shaw_with_masks_matches_dense(x64, rng, causal, padded, shared, q_offset):
+# The window (restricted attention) is evaluated per block; window 1 at offset -3 or 9 leaves the first or
+# the last queries without any key.
+@pytest.mark.parametrize("causal,padded,shared,window,q_offset", [
+    *[(causal, padded, shared, None, q_offset) for causal, padded, shared in
+      [(True, False, False), (False, True, True), (True, True, False)] for q_offset in (0, 2)],
+    (False, True, False, 1, -3), (False, False, True, 1, 9), (True, True, False, 3, 2)])
+def test_shaw_with_masks_matches_dense(x64, rng, causal, padded, shared, window, q_offset):
   b, nq, nk, h = 2, 7, 11, 3
   q, kk, v = qkv(rng, b, nq, nk, h)
   kt, vt = tables(rng, 2, h, shared=shared)
   key_valid = jnp.asarray(np.arange(nk)[None, :] < np.array([[nk], [6]])) if padded else None
-  mask = dense_mask(b, nq, nk, key_valid, causal, q_offset)
-  g = jnp.asarray(rng.normal(size=q.shape)) * visible_rows(mask, b, h, nq)
+  mask = dense_mask(b, nq, nk, key_valid, causal, q_offset, window)
+  g = jnp.asarray(rng.normal(size=q.shape))
   rel = lambda kt, vt: attn.Relative(2, kt, vt, offset=q_offset)
   dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
-  chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), key_valid=key_valid,
-                                                       causal=causal, q_offset=q_offset, **BLOCKS)
+  chunked = lambda q, kk, v, kt, vt: chunked_attention(
+      q, kk, v, relative=rel(kt, vt), mask=attn.Mask(key_valid=key_valid, causal=causal, window=window),
+      q_offset=q_offset, **BLOCKS)
   compare(dense, chunked, (q, kk, v, kt, vt), g)
 
 
@@ -110,11 +114,11 @@ def test_shaw_band_edges_match_dense(x64, rng, nq, nk, block_q, block_k, offset,
   q, kk, v = qkv(rng, b, nq, nk, h)
   kt, vt = tables(rng, 5, h)
   mask = dense_mask(b, nq, nk, causal=causal, q_offset=offset)
-  g = jnp.asarray(rng.normal(size=q.shape)) * visible_rows(mask, b, h, nq)
+  g = jnp.asarray(rng.normal(size=q.shape))
   rel = lambda kt, vt: attn.Relative(5, kt, vt, offset=offset)
   dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
-  chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), causal=causal, q_offset=offset,
-                                                       block_q=block_q, block_k=block_k)
+  chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), mask=attn.Mask(causal=causal),
+                                                       q_offset=offset, block_q=block_q, block_k=block_k)
   compare(dense, chunked, (q, kk, v, kt, vt), g)
 
 
@@ -202,14 +206,15 @@ def test_shaw_corner_blocks_match_dense(x64, rng, nq, nk, offset, terms, causal,
   kt, vt = tables(rng, k, h)
   key_valid = jnp.asarray(np.arange(nk)[None, :] < np.array([[nk], [nk - 7]])) if padded else None
   mask = dense_mask(b, nq, nk, key_valid, causal, offset)
-  g = jnp.asarray(rng.normal(size=q.shape)) * visible_rows(mask, b, h, nq)
+  g = jnp.asarray(rng.normal(size=q.shape))
 
   def rel(kt, vt):
     return attn.Relative(k, kt if "k" in terms else None, vt if "v" in terms else None, offset=offset)
 
   dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
-  chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), key_valid=key_valid,
-                                                       causal=causal, q_offset=offset, block_q=block, block_k=block)
+  chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt),
+                                                       mask=attn.Mask(key_valid=key_valid, causal=causal),
+                                                       q_offset=offset, block_q=block, block_k=block)
   compare(dense, chunked, (q, kk, v, kt, vt), g)
 
 
@@ -223,7 +228,7 @@ def test_decoder_step_with_traced_offset(x64, rng):
     rel = attn.Relative(2, kt, vt, offset=t)
     mask = attn.causal_mask(1, 9, t)
     return (attn.dot_product_attention(q, kk, v, relative=rel, mask=mask),
-            chunked_attention(q, kk, v, relative=rel, causal=True, q_offset=t, **BLOCKS))
+            chunked_attention(q, kk, v, relative=rel, mask=attn.Mask(causal=True), q_offset=t, **BLOCKS))
 
   for t in (0, 4, 8):
     dense, chunked = both(jnp.int32(t))
@@ -241,31 +246,33 @@ def test_plain_matches_dense(x64, rng):
           lambda q, kk, v: chunked_attention(q, kk, v, **BLOCKS), (q, kk, v), g)
 
 
-@pytest.mark.parametrize("scheme,config", [
-    ("t5", positions.PositionConfig(num_buckets=8, bucket_max_distance=16)),
-    ("t5", positions.PositionConfig(num_buckets=8, bucket_max_distance=16, causal=True)),
-    ("alibi", positions.PositionConfig(alibi_directional=True)),
-    ("rope", positions.PositionConfig()),
+T5_OPTIONS = dict(num_buckets=8, bucket_max_distance=16)
+
+
+@pytest.mark.parametrize("scheme,options,causal", [
+    ("t5", T5_OPTIONS, False),
+    ("t5", T5_OPTIONS, True),
+    ("alibi_directional", {}, False),
+    ("rope", {}, False),
 ])
-def test_bias_and_rotary_schemes_match_dense_with_parameter_gradients(x64, rng, scheme, config):
+def test_bias_and_rotary_schemes_match_dense_with_parameter_gradients(x64, rng, scheme, options, causal):
   b, nq, nk, h, d = 2, 7, 9, 3, 4
   q, kk, v = qkv(rng, b, nq, nk, h, d)
   q_offset = 2
-  module = positions.make(scheme, h, d, config)
-  params = module.init(jax.random.PRNGKey(0), q, kk, q_offset, method=module.attend)
+  module = positions.make(scheme, h, d, causal=causal, options=options)
+  params = module.init(jax.random.PRNGKey(0), q, kk, q_offset, method=module.terms)
   params = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape)), params)  # not all zeros
-  causal = config.causal
   mask = dense_mask(b, nq, nk, causal=causal, q_offset=q_offset)
-  g = jnp.asarray(rng.normal(size=q.shape)) * visible_rows(mask, b, h, nq)
+  g = jnp.asarray(rng.normal(size=q.shape))
 
   def run(implementation):
     def f(params, q, kk, v):
       def body(mdl, q, kk, v):
-        terms = mdl.attend(q, kk, q_offset)
+        terms = mdl.terms(q, kk, q_offset)
         if implementation == "dense":
           return attn.dot_product_attention(terms.query, terms.key, v, bias=terms.bias(nq, nk, q_offset), mask=mask)
-        return chunked_attention(terms.query, terms.key, v, bias_fn=terms.bias_fn, causal=causal, q_offset=q_offset,
-                                 **BLOCKS)
+        return chunked_attention(terms.query, terms.key, v, bias_fn=terms.bias_fn, mask=attn.Mask(causal=causal),
+                                 q_offset=q_offset, **BLOCKS)
       return module.apply(params, q, kk, v, method=body)
     return f
 
@@ -316,15 +323,30 @@ def test_float32_and_bfloat16_inputs(rng):
   np.testing.assert_allclose(np.asarray(out16, np.float32), np.asarray(dense), rtol=0.05, atol=0.05)
 
 
-def test_rows_without_a_visible_key_are_finite(rng):
-  # Causal with a negative offset: the first queries precede every key.
-  q, kk, v = (x.astype(jnp.float32) for x in qkv(rng))
-  kt, vt = (t.astype(jnp.float32) for t in tables(rng, 2))
-  f = lambda q: jnp.sum(chunked_attention(q, kk, v, relative=attn.Relative(2, kt, vt, offset=-5), causal=True,
-                                          q_offset=-5, **BLOCKS))
-  value, grad = jax.jit(jax.value_and_grad(f))(q)
-  assert np.isfinite(float(value))
-  assert np.all(np.isfinite(np.asarray(grad)))
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_rows_without_a_visible_key_are_zero_and_finite(rng, dtype):
+  # Causal with a negative offset: the first five queries precede every key.
+  # In low precision too they output exactly zero and pass no gradient
+  # (test_attention.py::test_rows_without_a_key_are_zero_with_zero_gradient
+  # holds both paths to the float64 reference).
+  q, kk, v = (x.astype(dtype) for x in qkv(rng))
+  kt, vt = (t.astype(dtype) for t in tables(rng, 2))
+  f = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=attn.Relative(2, kt, vt, offset=-5),
+                                                 mask=attn.Mask(causal=True), q_offset=-5, **BLOCKS)
+
+  @jax.jit
+  def run(*args):
+    out, vjp = jax.vjp(f, *args)
+    return out, vjp(jnp.ones_like(out)), vjp(jnp.ones_like(out).at[:, 5:].set(0))
+
+  out, grads, grads_from_empty = run(q, kk, v, kt, vt)
+  out = np.asarray(out, np.float32)
+  assert np.all(np.isfinite(out)) and np.all(out[:, :5] == 0) and np.all(np.any(out[:, 5:] != 0, axis=-1))
+  for g in grads:
+    assert np.all(np.isfinite(np.asarray(g, np.float32)))
+  assert np.all(np.asarray(grads[0], np.float32)[:, :5] == 0)
+  for g in grads_from_empty:
+    assert np.all(np.asarray(g, np.float32) == 0)
 
 
 def test_memory_grows_linearly_with_length():
@@ -348,10 +370,11 @@ def test_memory_grows_linearly_with_length():
     (dict(relative=attn.Relative(1, ids=jnp.zeros((7, 9), jnp.int32), key_table=jnp.zeros((3, 4)))), "ids"),
     (dict(block_q=0), "block_q"),
     (dict(block_k=2.5), "block_k"),
-    (dict(key_valid=jnp.ones((2, 7), bool)), "key_valid"),
+    (dict(mask=attn.Mask(key_valid=jnp.ones((2, 7), bool))), "key_valid"),
+    (dict(mask=attn.Mask(window=-1)), "window"),
     (dict(dropout_rate=0.1), "dropout_rng"),
     (dict(dropout_rate=1.0, dropout_rng=jax.random.PRNGKey(0)), "dropout_rate"),
-    (dict(mask=jnp.ones((2, 3, 9, 9), bool)), "mask"),
+    (dict(mask=jnp.ones((2, 3, 9, 9), bool)), "Mask.array"),
 ])
 def test_bad_arguments_raise(rng, kw, match):
   q, kk, v = qkv(rng)
@@ -363,16 +386,21 @@ def test_bad_arguments_raise(rng, kw, match):
 # The layer: implementation="chunked" is a drop-in for "dense" with the same parameters.
 
 
-@pytest.mark.parametrize("position", sorted(positions.SCHEMES))
-@pytest.mark.parametrize("causal", [False, True])
-def test_layer_chunked_equals_dense_for_every_scheme(rng, position, causal):
-  config = positions.PositionConfig(max_length=16, max_distance=2, num_buckets=8, bucket_max_distance=16)
-  make = lambda implementation: MultiHeadAttention(num_heads=2, position=position, position_config=config,
-                                                   causal=causal, implementation=implementation)
+OPTIONS = dict(max_distance=2, num_buckets=8, bucket_max_distance=16)
+
+
+# Every registered scheme, plain and causal; and a window (restricted attention) with the schemes that act
+# in attention in different ways (Shaw's tables, T5's bias, RoPE's rotation).
+@pytest.mark.parametrize("position,causal,window",
+                         [(p, c, None) for p in sorted(positions.SCHEMES) for c in (False, True)]
+                         + [("shaw", True, 3), ("t5", False, 2), ("rope", False, 2)])
+def test_layer_chunked_equals_dense_for_every_scheme(rng, position, causal, window):
+  make = lambda implementation: MultiHeadAttention(num_heads=2, position=position, position_options=OPTIONS,
+                                                   max_length=16, causal=causal, window=window,
+                                                   implementation=implementation)
   x = jnp.asarray(rng.normal(size=(2, 11, 8)), jnp.float32)
-  valid = jnp.asarray(np.arange(11)[None, :] < np.array([[11], [7]]))
-  mask = attn.padding_mask(None, valid)  # [b, 1, 1, k]: sliced along keys only
-  params = make("dense").init(jax.random.PRNGKey(0), x, mask=mask)
+  valid = jnp.asarray(np.arange(11)[None, :] < np.array([[11], [7]]))  # [b, k]
+  params = make("dense").init(jax.random.PRNGKey(0), x, key_valid=valid)
   params = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape) * 0.5, p.dtype), params)
   weights = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
 
@@ -380,7 +408,7 @@ def test_layer_chunked_equals_dense_for_every_scheme(rng, position, causal):
   def run(params):
     outs = []
     for implementation in ("dense", "chunked"):
-      loss = lambda p: jnp.sum(make(implementation).apply(p, x, mask=mask) * weights)
+      loss = lambda p: jnp.sum(make(implementation).apply(p, x, key_valid=valid) * weights)
       outs.append(jax.value_and_grad(loss)(params))
     return outs
 
@@ -392,7 +420,6 @@ def test_layer_chunked_equals_dense_for_every_scheme(rng, position, causal):
 
 def test_layer_rejects_bad_implementation():
   x = jnp.zeros((1, 3, 4))
-  with pytest.raises(ValueError, match="implementation"):
+  with pytest.raises(ValueError, match=r"unknown attention implementation 'flash'; allowed: "
+                                       r"\['additive', 'chunked', 'dense'\]"):
     MultiHeadAttention(num_heads=2, implementation="flash").init(jax.random.PRNGKey(0), x)
-  with pytest.raises(ValueError, match="kind='dot' only"):
-    MultiHeadAttention(num_heads=2, kind="additive", implementation="chunked").init(jax.random.PRNGKey(0), x)

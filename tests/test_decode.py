@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rpr import decode
-from rpr.data.task import BOS, EOS, PAD
+from rpr.tokens import BOS, EOS, PAD
 
 A, B, C = 3, 4, 5
 V = 6
@@ -86,8 +86,9 @@ def test_greedy_equals_argmax_loop():
   fn = lambda ids, cache: (t[ids[:, 0]], cache)
   seqs, _ = decode.greedy_search(fn, (), 1, 8)
   want, cur = [], BOS
+  writable = np.where(np.isin(np.arange(V), [PAD, BOS]), -np.inf, 0.0)  # never PAD or BOS
   for _ in range(8):
-    cur = int(np.argmax(table[cur]))
+    cur = int(np.argmax(table[cur] + writable))
     want.append(cur)
     if cur == EOS:
       break
@@ -180,3 +181,16 @@ def test_bad_arguments_raise(kw, match):
     decode.beam_search(fn, (), 1, 3, **kw)
   with pytest.raises(ValueError, match="max_decode_len"):
     decode.greedy_search(fn, (), 1, 0)
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_search_never_writes_pad_or_bos(method):
+  # A model that prefers PAD, then BOS, then EOS: the search must write EOS (and PAD only after it).
+  logits = np.full((V,), -5.0, np.float32)
+  logits[PAD], logits[BOS], logits[EOS] = 9.0, 8.0, 1.0
+  fn = lambda ids, cache: (jnp.broadcast_to(jnp.asarray(logits), (ids.shape[0], V)), cache)
+  if method == "greedy":
+    seqs, _ = decode.greedy_search(fn, (), 2, 4)
+  else:
+    seqs, _ = decode.beam_search(fn, (), 2, 4, beam_size=3)
+  np.testing.assert_array_equal(np.asarray(seqs), [[EOS, PAD, PAD, PAD]] * 2)

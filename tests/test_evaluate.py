@@ -32,7 +32,7 @@ class _Task:
 
 def _evaluate(task, wrong_rows, eval_by_length=True):
   config = ml_collections.ConfigDict({"eval_splits": ("valid",), "max_eval_batches": None,
-                                      "eval_by_length": eval_by_length})
+                                      "eval_by_length": eval_by_length, "decode_extra_length": 50})
   seen = []
 
   def eval_fn(params, batch):
@@ -46,7 +46,7 @@ def _evaluate(task, wrong_rows, eval_by_length=True):
     seen.append(b)
     return predictions
 
-  return train.evaluate(config, task, None, train.make_mesh(), eval_fn, predict_fn)
+  return train.evaluate(config, task, None, train.make_mesh(), eval_fn, predict_fn, max_decode_length=6)
 
 
 def test_exact_match_by_input_length_skips_filler_rows():
@@ -65,3 +65,35 @@ def test_bleu_scores_decoded_hypotheses_against_the_raw_references():
   hypotheses = ["ab", "abc", "ab", "abcd", "a"]
   assert results["valid/bleu"] == pytest.approx(metrics.bleu(hypotheses, task.raw))
   assert results["valid/bleu"] < 100.0  # decoded targets would have scored 100
+
+
+def test_decode_limits_read_the_inputs_only():
+  inputs = np.array([[5, 6, 7, 0, 0], [5, 0, 0, 0, 0], [0, 0, 0, 0, 0]])
+  np.testing.assert_array_equal(train.decode_limits(inputs, 0, 50, 64), [53, 51, 50])
+  np.testing.assert_array_equal(train.decode_limits(inputs, 0, 50, 52), [52, 51, 50])
+
+
+def test_changing_the_references_changes_no_hypothesis(monkeypatch):
+  """The decode limit comes from the inputs: the hypotheses are the same whatever the targets say."""
+  def hypotheses(target_width):
+    task = _Task(is_text=True)
+    for b in task.batches:  # longer references, padded wider (the old limit was the targets' width)
+      b["targets"] = np.pad(b["targets"], ((0, 0), (0, target_width - b["targets"].shape[1])))
+    config = ml_collections.ConfigDict({"eval_splits": ("valid",), "max_eval_batches": None,
+                                        "eval_by_length": False, "decode_extra_length": 2})
+
+    def predict_fn(params, inputs, max_decode_len):
+      # A model that never stops: it writes "a" forever, so only the limit ends a row.
+      return np.full((inputs.shape[0], max_decode_len), task.vocab.encode("a")[0], np.int32)
+
+    def eval_fn(params, batch):
+      return {"loss_sum": 1.0, "weight_sum": 2.0, "correct_sum": 1.0}
+
+    seen = []
+    monkeypatch.setattr(metrics, "bleu", lambda hyps, refs: seen.extend(hyps) or 0.0)
+    train.evaluate(config, task, None, train.make_mesh(), eval_fn, predict_fn, max_decode_length=64)
+    return seen
+
+  hyps = hypotheses(6)
+  assert hyps == ["a" * (len(t) + 2) for t in ("ab", "abc", "ab", "abcd", "a")]  # input length + 2
+  assert hypotheses(40) == hyps

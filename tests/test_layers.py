@@ -1,4 +1,4 @@
-"""rpr.layers.MultiHeadAttention with every position scheme and scoring kind.
+"""rpr.attention.MultiHeadAttention with every position scheme and implementation.
 
 Parameters come from ``random_variables`` (conftest: shapes by eval_shape,
 values from numpy) and every model is applied under jit: XLA compilation is
@@ -12,33 +12,42 @@ import numpy as np
 import pytest
 
 from rpr import attention as attn
-from rpr import positions
-from rpr import reference
-from rpr.layers import MultiHeadAttention
+from rpr.attention import positions
+from rpr.attention import reference
+from rpr.attention import MultiHeadAttention
 
 # Explicit, so that registering a scheme fails test_layer_tests_cover_every_registered_scheme
 # until it is added here (and to COVERAGE in test_positions.py).
-SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "rope", "alibi")
+SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "rope", "alibi", "alibi_directional")
 F, H, L = 8, 2, 5  # features, heads (head_dim 4), length
-CONFIG = positions.PositionConfig(max_length=16, max_distance=2, num_buckets=8, bucket_max_distance=16)
+OPTIONS = dict(max_distance=2, num_buckets=8, bucket_max_distance=16)  # each scheme takes the ones it declares
+MAX_LENGTH = 16
 WINDOW = 2
+
+# How the layer attends: (implementation, window). "local" is restricted attention, |j - i| <= WINDOW.
+KINDS = {"dot": ("dense", None), "additive": ("additive", None), "local": ("dense", WINDOW),
+         "chunked": ("chunked", None), "chunked_local": ("chunked", WINDOW)}
 
 
 def layer(position, kind="dot", **kw):
-  return MultiHeadAttention(num_heads=H, position=position, position_config=CONFIG, kind=kind,
-                            window=WINDOW if kind == "local" else 0, **kw)
+  implementation, window = KINDS[kind]
+  return MultiHeadAttention(num_heads=H, position=position, position_options=OPTIONS, max_length=MAX_LENGTH,
+                            implementation=implementation, window=window, **kw)
 
 
 def inputs(batch=1, seed=0, dtype=jnp.float32):
   return jnp.asarray(np.random.default_rng(seed).normal(size=(batch, L, F)), dtype)
 
 
-# Every valid (scheme, kind): Shaw's terms need dot-product logits, so shaw + additive is excluded.
-ALL_KINDS = [(s, k) for s in SCHEMES for k in ("dot", "additive", "local") if (s, k) != ("shaw", "additive")]
+# Every valid (scheme, kind) of the dense implementations: Shaw's terms need dot-product logits, so shaw +
+# additive is excluded; the chunked implementation for the schemes acting inside attention in different ways
+# (test_chunked.py holds it to the dense one for every scheme).
+ALL_KINDS = ([(s, k) for s in SCHEMES for k in ("dot", "additive", "local") if (s, k) != ("shaw", "additive")]
+             + [("shaw", "chunked"), ("t5", "chunked_local"), ("rope", "chunked")])
 # Kinds share all scheme code, so the costlier checks run dot for every scheme and the
 # other kinds for the schemes acting inside attention in different ways.
 SOME_KINDS = [(s, "dot") for s in SCHEMES] + [("shaw", "local"), ("t5", "local"), ("rope", "additive"),
-                                               ("alibi", "additive")]
+                                               ("alibi", "additive"), ("shaw", "chunked"), ("t5", "chunked_local")]
 
 
 def test_layer_tests_cover_every_registered_scheme():
@@ -60,24 +69,27 @@ def test_causal_attention_leaks_nothing(random_variables, position, kind):
     assert np.all(jac[i, :, i + 1:] == 0.0), f"output {i} depends on later inputs"
     # ...but it does depend on the ones it may see (up to i, within the window
     # for local), or the check above proves nothing.
-    first = max(0, i - WINDOW) if kind == "local" else 0
+    window = KINDS[kind][1]
+    first = 0 if window is None else max(0, i - window)
     assert all(np.any(jac[i, :, j] != 0.0) for j in range(first, i + 1)), f"output {i} ignores earlier inputs"
-    assert kind != "local" or np.all(jac[i, :, :first] == 0.0), f"output {i} sees beyond the window"
+    assert np.all(jac[i, :, :first] == 0.0), f"output {i} sees beyond the window"
 
 
 @pytest.mark.parametrize("position,kind", SOME_KINDS)
 def test_padded_keys_are_ignored(random_variables, position, kind):
   model = layer(position, kind)
   x = np.asarray(inputs(batch=2))
-  valid = np.arange(L)[None, :] < np.asarray([L, 3])[:, None]
-  mask = jnp.asarray(attn.padding_mask(None, jnp.asarray(valid)))
+  valid = jnp.asarray(np.arange(L)[None, :] < np.asarray([L, 3])[:, None])  # [b, k]
   params = random_variables(model, jnp.asarray(x))
-  apply = jax.jit(lambda x: model.apply(params, x, mask=mask, mutable=["intermediates"]))
+  apply = jax.jit(lambda x: model.apply(params, x, key_valid=valid, mutable=["intermediates"]))
   out, state = apply(jnp.asarray(x))
-  (weights,) = state["intermediates"]["attention_weights"]
-  weights = np.asarray(weights)
-  assert np.all(weights[1, :, :, 3:] == 0.0)  # exactly zero
-  assert np.all(weights[1, :, :, :3].sum(-1) > 0.99)
+  if KINDS[kind][0] == "chunked":  # forms no weights, so sows none
+    assert "attention_weights" not in state.get("intermediates", {})
+  else:
+    (weights,) = state["intermediates"]["attention_weights"]
+    weights = np.asarray(weights)
+    assert np.all(weights[1, :, :, 3:] == 0.0)  # exactly zero
+    assert np.all(weights[1, :, :, :3].sum(-1) > 0.99)
   # Changing what sits at the padded positions changes nothing the valid queries see.
   x2 = x.copy()
   x2[1, 3:] = 100.0 * np.random.default_rng(1).normal(size=x2[1, 3:].shape)
@@ -99,9 +111,11 @@ class Block(nn.Module):
   dtype: object = jnp.float32
 
   @nn.compact
-  def __call__(self, x, mask):
-    x = positions.make(self.position, H, F // H, CONFIG, name="embed_position").embed(x.astype(self.dtype))
-    return layer(self.position, self.kind, causal=self.causal, dtype=self.dtype, name="attention")(x, mask=mask)
+  def __call__(self, x, key_valid):
+    x = positions.make(self.position, H, F // H, max_length=MAX_LENGTH, options=OPTIONS,
+                       name="embed_position").embed(x.astype(self.dtype))
+    return layer(self.position, self.kind, causal=self.causal, dtype=self.dtype, name="attention")(
+        x, key_valid=key_valid)
 
 
 @pytest.mark.parametrize("position,kind", ALL_KINDS)
@@ -110,7 +124,7 @@ def test_jit_grad_bfloat16(random_variables, position, kind):
   model16 = Block(position, kind, causal, jnp.bfloat16)
   model32 = Block(position, kind, causal)
   x = inputs(batch=2)
-  mask = attn.padding_mask(None, jnp.arange(L)[None, :] < jnp.asarray([[L], [4]]))
+  mask = jnp.arange(L)[None, :] < jnp.asarray([[L], [4]])  # key_valid [b, k]
   params = random_variables(model32, x, mask)
 
   @jax.jit
@@ -136,7 +150,8 @@ def test_jit_grad_bfloat16(random_variables, position, kind):
 
 
 def test_shaw_with_additive_raises(random_variables):
-  with pytest.raises(ValueError, match=r"position 'shaw' adds Shaw relative terms, which kind='additive' does not"):
+  with pytest.raises(ValueError, match=r"position 'shaw' adds Shaw relative terms, which implementation='additive' "
+                                       r"does not support; use 'dense' or 'chunked'"):
     random_variables(layer("shaw", "additive"), inputs())
 
 
@@ -165,18 +180,39 @@ def test_decode_matches_full_causal_pass(random_variables, position, kind):
   np.testing.assert_allclose(np.concatenate(outs, axis=1), np.asarray(full), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("position", ["shaw", "t5", "rope", "alibi_directional"])
+def test_q_offset_places_the_queries(random_variables, position):
+  # Queries 2..3 of x attending over all of x (causal) with q_offset=2 are
+  # rows 2..3 of the full causal pass, dense and chunked; at q_offset 0 they are not.
+  x = inputs(batch=2)
+  model, chunked = layer(position, causal=True), layer(position, "chunked", causal=True)
+  params = random_variables(model, x)
+
+  @jax.jit
+  def run(params):
+    return (model.apply(params, x), model.apply(params, x[:, 2:4], x, q_offset=2),
+            chunked.apply(params, x[:, 2:4], x, q_offset=2), model.apply(params, x[:, 2:4], x))
+
+  full, dense, chunked_out, at_zero = map(np.asarray, run(params))
+  np.testing.assert_allclose(dense, full[:, 2:4], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(chunked_out, full[:, 2:4], rtol=1e-5, atol=1e-5)
+  assert np.max(np.abs(at_zero - full[:, 2:4])) > 1e-3
+
+
 # ----------------------------------------------------------------------------
 # The layer wires Shaw's tables as the paper says.
 
 
-@pytest.mark.parametrize("share_heads", [False, True])
-def test_shaw_layer_matches_reference(random_variables, share_heads):
-  # Project with the layer's own kernels, attend with rpr.reference (which
-  # materialises every a_ij), project out: must equal the layer.
-  config = positions.PositionConfig(max_distance=1, share_heads=share_heads)
-  model = MultiHeadAttention(num_heads=H, position="shaw", position_config=config, causal=True)
+@pytest.mark.parametrize("share_heads,implementation", [(False, "dense"), (True, "dense"), (False, "chunked")])
+def test_shaw_layer_matches_reference(random_variables, share_heads, implementation):
+  # Project with the layer's own kernels, attend with rpr.attention.reference
+  # (which materialises every a_ij), project out: must equal the layer.
+  options = {"max_distance": 1, "share_heads": share_heads}
+  model = MultiHeadAttention(num_heads=H, position="shaw", position_options=options, causal=True,
+                             implementation=implementation)
   x = inputs(batch=2)
-  mask = attn.padding_mask(None, jnp.arange(L)[None, :] < jnp.asarray([[L], [4]]))
+  valid = jnp.arange(L)[None, :] < jnp.asarray([[L], [4]])
+  mask = attn.padding_mask(None, valid)
   params = random_variables(model, x)
 
   @jax.jit
@@ -186,8 +222,8 @@ def test_shaw_layer_matches_reference(random_variables, share_heads):
     tables = p["position"]
     ref = reference.shaw_attention_reference(
         proj("query"), proj("key"), proj("value"), tables["key_table"], tables["value_table"], 1,
-        mask=attn.combine_masks(mask, attn.causal_mask(L, L)))
-    return model.apply(params, x, mask=mask), jnp.einsum("blhd,hdf->blf", ref, p["out"]["kernel"])
+        mask=attn.combine(mask, attn.causal_mask(L, L)))
+    return model.apply(params, x, key_valid=valid), jnp.einsum("blhd,hdf->blf", ref, p["out"]["kernel"])
 
   p = params["params"]["position"]
   assert p["key_table"].shape == ((3, 4) if share_heads else (H, 3, 4))
@@ -200,10 +236,15 @@ def test_shaw_layer_matches_reference(random_variables, share_heads):
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(kind="sparse"), r"unknown attention kind 'sparse'; allowed: \['dot', 'additive', 'local'\]"),
-    (dict(kind="local", window=0), r"kind='local' needs window >= 1, got 0"),
+    (dict(implementation="sparse"), r"unknown attention implementation 'sparse'; allowed: "
+                                    r"\['additive', 'chunked', 'dense'\]"),
+    (dict(window=-1), r"window must be None or an int >= 0, got -1"),
+    (dict(window=-1, implementation="chunked"), r"window must be None or an int >= 0, got -1"),
     (dict(num_heads=3), r"features 8 are not divisible by num_heads 3"),
     (dict(position="rope", head_dim=3), r"rope needs an even head_dim, got 3"),
+    (dict(position="shaw", position_options={"max_distance": -1}),
+     r"max_distance \(clipping distance k\) must be >= 0, got -1"),
+    (dict(position="shaw", position_options={"max_distanse": 2}), r"unknown position option 'max_distanse'; allowed: "),
 ])
 def test_bad_layer_arguments_raise(random_variables, kw, match):
   model = MultiHeadAttention(**{"num_heads": H, **kw})
@@ -211,10 +252,11 @@ def test_bad_layer_arguments_raise(random_variables, kw, match):
     random_variables(model, inputs())
 
 
-def test_layer_mask_of_wrong_shape_raises(random_variables):
-  with pytest.raises(ValueError, match=r"mask has shape \(2, 5\); it must broadcast to \[batch, heads, q_length, "
-                                       r"k_length\] = \(1, 2, 5, 5\)"):
-    random_variables(layer("none"), inputs(), mask=jnp.ones((2, L), bool))
+@pytest.mark.parametrize("kind", ["dot", "chunked"])
+def test_layer_key_valid_of_wrong_shape_raises(random_variables, kind):
+  with pytest.raises(ValueError, match=r"Mask\.key_valid has shape \(2, 5\); allowed: \[batch, k_length\] = "
+                                       r"\(1, 5\) \(or \[1, k_length\]\)"):
+    random_variables(layer("none", kind), inputs(), key_valid=jnp.ones((2, L), bool))
 
 
 def test_decode_step_of_two_tokens_raises(random_variables):

@@ -80,3 +80,11 @@ def test_mean_by_length_averages_each_length_separately():
   assert list(metrics.mean_by_length(values, lengths)) == [1, 3, 5]
   with pytest.raises(ValueError, match="equal 1-D shapes"):
     metrics.mean_by_length(values, lengths[:-1])
+
+
+def test_exact_match_is_token_for_token():
+  # A PAD written mid-sequence is a wrong token, not a gap to close.
+  match, _ = metrics.exact_match(np.array([[5, 0, 6, 2]]), np.array([[5, 6, 2, 0]]))
+  assert not match[0]
+  match, _ = metrics.exact_match(np.array([[5, 6, 2, 7]]), np.array([[5, 6, 2, 0, 0]]))
+  assert match[0]  # what follows EOS is ignored

@@ -7,11 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rpr import decode, model, positions, predict
-from rpr.data.task import BOS, EOS, PAD
+from rpr import decode, model, predict
+from rpr.attention import positions
+from rpr.tokens import BOS, EOS, PAD
 
 # Small distances so that 6-token sequences reach the clipped and bucketed ranges.
-POS = positions.PositionConfig(max_distance=2, num_buckets=4, bucket_max_distance=8)
+POS = {"max_distance": 2, "num_buckets": 4, "bucket_max_distance": 8}
 INPUTS = jnp.array([[5, 6, 7, 8, 9, 0, 0], [4, 4, 3, 0, 0, 0, 0]], jnp.int32)
 TARGETS = jnp.array([[5, 6, 9, 3, 7, 2], [3, 12, 11, 12, 13, 2]], jnp.int32)
 
@@ -19,7 +20,7 @@ TARGETS = jnp.array([[5, 6, 9, 3, 7, 2], [3, 12, 11, 12, 13, 2]], jnp.int32)
 def tiny(**kw):
   """The tiny preset with one layer per stack (compile time) unless ``kw`` says otherwise."""
   kw = {"num_encoder_layers": 1, "num_decoder_layers": 1, **kw}
-  return model.preset("tiny", deterministic=True, position_config=POS, max_length=16, **kw)
+  return model.preset("tiny", deterministic=True, position_options=POS, max_length=16, **kw)
 
 
 def init_shapes(config, inputs=jnp.ones((1, 4), jnp.int32), targets=jnp.ones((1, 4), jnp.int32)):
@@ -82,7 +83,7 @@ CACHE_CASES = {name: (name if name in model.cross_schemes() else "none") for nam
 def test_cached_decoding_equals_full_pass(scheme):
   # Two decoder layers for t5: its one bias table serves both from the stack's scheme module.
   layers = 2 if scheme == "t5" else 1
-  config = tiny(encoder_position=scheme, decoder_position=scheme, cross_position=CACHE_CASES[scheme],
+  config = tiny(position=scheme, cross_position=CACHE_CASES[scheme],
                 num_decoder_layers=layers)
   params = perturbed_params(config)
   full = forward(config)({"params": params}, INPUTS, TARGETS)
@@ -113,7 +114,7 @@ def test_post_layer_norm_trains_with_dropout():
 @pytest.mark.parametrize("scheme", ["shaw", "t5", "alibi", "sinusoidal"])
 def test_chunked_attention_implementation_equals_dense(scheme):
   # Same parameters; padded inputs and targets; relative cross-attention where the scheme allows it.
-  config = tiny(encoder_position=scheme, decoder_position=scheme, cross_position=CACHE_CASES[scheme])
+  config = tiny(position=scheme, cross_position=CACHE_CASES[scheme])
   chunked = config.replace(attention_implementation="chunked")
   params = perturbed_params(config)
   targets = TARGETS.at[1, 3:].set(PAD)
@@ -143,7 +144,7 @@ def test_chunked_attention_implementation_equals_dense(scheme):
 @pytest.mark.parametrize("scheme", ["shaw", "sinusoidal"])
 def test_padding_does_not_leak(scheme):
   # More PAD after the inputs or the targets changes no logit of a real target position.
-  config = tiny(encoder_position=scheme, decoder_position=scheme)
+  config = tiny(position=scheme)
   params = perturbed_params(config)
   apply = forward(config)
   targets = TARGETS.at[1, 3:].set(PAD)
@@ -174,10 +175,11 @@ def expected_parameters(c: model.ModelConfig) -> int:
   attention = 4 * d * d  # W^Q, W^K, W^V, W^O
   ffn = d * f + f + f * d + d
   norm = 2 * d
-  rows = 2 * c.position_config.max_distance + 1
-  shaw = 2 * rows * c.head_dim * (1 if c.position_config.share_heads else h)
-  enc = attention + ffn + 2 * norm + (shaw if c.encoder_position == "shaw" else 0)
-  dec = 2 * attention + ffn + 3 * norm + (shaw if c.decoder_position == "shaw" else 0)
+  options = {**positions.options(), **c.position_options}
+  rows = 2 * options["max_distance"] + 1
+  shaw = 2 * rows * c.head_dim * (1 if options["share_heads"] else h)
+  enc = attention + ffn + 2 * norm + (shaw if c.position == "shaw" else 0)
+  dec = 2 * attention + ffn + 3 * norm + (shaw if c.position == "shaw" else 0)
   emb = v * d if c.share_embeddings else 2 * v * d + d * v + v
   final = 2 * norm if c.pre_layer_norm else 0
   return emb + c.num_encoder_layers * enc + c.num_decoder_layers * dec + final
@@ -199,10 +201,10 @@ def test_tiny_parameter_count_is_pinned():
 def test_paper_presets(name):
   c = model.preset(name)
   assert (c.num_encoder_layers, c.num_decoder_layers, c.cross_position) == (6, 6, "none")
-  assert c.encoder_position == c.decoder_position == "shaw"
+  assert c.position == "shaw"
   want = dict(base=(512, 8, 2048, 0.1, 16, False), big=(1024, 16, 4096, 0.3, 8, True))[name]
-  pc = c.position_config
-  assert (c.d_model, c.num_heads, c.d_ff, c.dropout_rate, pc.max_distance, pc.share_heads) == want
+  pc = c.position_options
+  assert (c.d_model, c.num_heads, c.d_ff, c.dropout_rate, pc["max_distance"], pc["share_heads"]) == want
   assert count(init_shapes(c)) == expected_parameters(c)
 
 
@@ -210,10 +212,10 @@ def test_position_parameters_live_where_the_paper_puts_them():
   shaw = init_shapes(tiny(num_encoder_layers=2))
   assert "position" in shaw["encoder"]["layer_1"]["self_attention"]  # unique per layer
   assert "position" not in shaw["decoder"]["layer_0"]["cross_attention"]  # plain cross-attention
-  t5 = init_shapes(tiny(encoder_position="t5", decoder_position="t5", num_encoder_layers=2))
-  assert t5["encoder"]["position"]["bias"].shape == (POS.num_buckets, 2)  # one table per stack
+  t5 = init_shapes(tiny(position="t5", num_encoder_layers=2))
+  assert t5["encoder"]["position"]["bias"].shape == (POS["num_buckets"], 2)  # one table per stack
   assert "position" not in t5["encoder"]["layer_0"]["self_attention"]
-  learned = init_shapes(tiny(encoder_position="learned", decoder_position="learned"))
+  learned = init_shapes(tiny(position="learned"))
   assert learned["decoder"]["position"]["embedding"].shape == (16, 32)  # ModelConfig.max_length rows
 
 
@@ -231,17 +233,18 @@ def test_attention_weights_are_sown():
 
 
 @pytest.mark.parametrize("overrides, match", [
-    (dict(encoder_position="relative"), r"encoder_position = 'relative'.*allowed: \['alibi'"),
+    (dict(position="relative"), r"position = 'relative'.*allowed: \['alibi'"),
     (dict(cross_position="sinusoidal"), r"cross_position.*allowed"),
     (dict(num_heads=3), r"num_heads = 3.*divisor of d_model = 32"),
-    (dict(position_config=positions.PositionConfig(max_distance=-1)), r"max_distance.*>= 0"),
+    (dict(position_options={"max_distance": -1}), r"max_distance.*>= 0"),
+    (dict(position_options={"max_distanse": 4}), r"unknown position option 'max_distanse'"),
     (dict(dropout_rate=1.5), r"dropout_rate.*\[0, 1\)"),
     (dict(num_decoder_layers=0), r"num_decoder_layers = 0.*>= 1"),
-    (dict(d_model=30, num_heads=10, encoder_position="rope"), r"rope.*even head_dim"),
-    (dict(dtype=jnp.int32), r"dtype"),
+    (dict(d_model=30, num_heads=10, position="rope"), r"rope.*even head_dim"),
+    (dict(dtype="int32"), r"dtype"),
     (dict(vocab_size=2), r"vocab_size.*PAD, BOS, EOS"),
     (dict(d_modle=64), r"unknown ModelConfig key.*d_modle.*allowed"),
-    (dict(attention_implementation="flash"), r"attention_implementation = 'flash'.*\['dense', 'chunked'\]"),
+    (dict(attention_implementation="flash"), r"attention_implementation = 'flash'.*\['chunked', 'dense'\]"),
 ])
 def test_bad_configs_raise_clearly(overrides, match):
   with pytest.raises(ValueError, match=match):
@@ -259,7 +262,7 @@ def test_config_is_frozen_and_variants_derive():
     c.d_model = 64
   d = c.replace(decode=True, deterministic=True)
   assert d.decode and d.deterministic and not c.decode and hash(d) != hash(c)
-  assert c.to_dict()["position_config"]["max_distance"] == 8
+  assert c.to_dict()["position_options"]["max_distance"] == 8
 
 
 def test_greedy_generation_matches_full_pass_argmax():

@@ -1,4 +1,4 @@
-"""rpr.positions: what each scheme lets attention see, and the registry's test coverage.
+"""rpr.attention.positions: what each scheme lets attention see, its options, and the registry's test coverage.
 
 Each behaviour is checked through a small model that uses the scheme like a
 Transformer would: ``scheme.embed`` on the token embeddings, then a
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from rpr import attention as attn
-from rpr import positions
-from rpr.layers import MultiHeadAttention
+from rpr.attention import positions
+from rpr.attention import MultiHeadAttention
 
 # ----------------------------------------------------------------------------
 # 7. Registry coverage: every registered scheme must be named here with the
@@ -41,12 +41,16 @@ COVERAGE = {
     "t5": _EVERY_SCHEME + ("test_positions.py::test_t5_buckets",),
     "rope": _EVERY_SCHEME + ("test_positions.py::test_rope_scores_depend_on_distance_only",),
     "alibi": _EVERY_SCHEME + ("test_positions.py::test_alibi_bias",),
+    "alibi_directional": _EVERY_SCHEME + (
+        "test_positions.py::test_alibi_bias",
+        "test_chunked.py::test_bias_and_rotary_schemes_match_dense_with_parameter_gradients"),
 }
 
-# The parametrised tests below run over this list; test_layers.py keeps its own
-# explicit SCHEMES and checks it against the registry too.
-SCHEME_NAMES = sorted(COVERAGE)
-RELATIVE = ("shaw", "t5", "rope", "alibi")
+# The parametrised tests below run over the registry itself, so a newly
+# registered scheme runs in them at once (test_parametrised_scheme_lists_are_the_registry);
+# test_layers.py keeps its own explicit SCHEMES and checks it against the registry too.
+SCHEME_NAMES = sorted(positions.SCHEMES)
+RELATIVE = ("shaw", "t5", "rope", "alibi", "alibi_directional")
 ABSOLUTE = ("sinusoidal", "learned")
 
 
@@ -72,24 +76,83 @@ def test_unknown_scheme_name_raises(random_variables):
     random_variables(layer, jnp.ones((1, 3, 8)))
 
 
-@pytest.mark.parametrize("scheme,config,match", [
-    ("shaw", positions.PositionConfig(max_distance=-3), r"max_distance \(clipping distance k\) must be >= 0, got -3"),
-    ("learned", positions.PositionConfig(max_length=0), r"max_length must be >= 1 for 'learned', got 0"),
-    ("t5", positions.PositionConfig(num_buckets=1), r"t5 num_buckets must be >= 2, got 1"),
-    ("t5", positions.PositionConfig(num_buckets=32, bucket_max_distance=8),
+def _parametrised_positions(test):
+  (mark,) = [m for m in test.pytestmark if m.name == "parametrize" and m.args[0] == "position"]
+  return list(mark.args[1])
+
+
+def test_parametrised_scheme_lists_are_the_registry():
+  # The behaviour tests of this file take their schemes from positions.SCHEMES, not from a list written by
+  # hand: every registered scheme runs in them.
+  assert SCHEME_NAMES == sorted(positions.SCHEMES)
+  for test in (test_12_plus_1_rows, test_translation):
+    names = _parametrised_positions(test)
+    assert names == sorted(positions.SCHEMES), test.__name__
+    missing = set(positions.SCHEMES) - set(names)
+    assert not missing, f"{test.__name__} does not run {sorted(missing)}"
+
+
+# Scheme.check() runs inside make: a bad value fails when the scheme is built, naming it.
+@pytest.mark.parametrize("scheme,options,match", [
+    ("shaw", dict(max_distance=-3), r"max_distance \(clipping distance k\) must be >= 0, got -3"),
+    ("t5", dict(num_buckets=1), r"t5 num_buckets must be >= 2, got 1"),
+    ("t5", dict(num_buckets=32, bucket_max_distance=8),
      r"t5 bucket_max_distance \(8\) must be >= num_buckets \(32\)"),
-    ("rope", positions.PositionConfig(rope_base=1.0), r"rope_base must be > 1, got 1\.0"),
+    ("rope", dict(rope_base=1.0), r"rope_base must be > 1, got 1\.0"),
+    # check_options: a name no scheme declares, or a value of the wrong type.
+    ("alibi", dict(alibi_directional=True), r"unknown position option 'alibi_directional'; allowed: "
+                                            r"\['bucket_max_distance', 'max_distance', 'num_buckets', 'rope_base', "
+                                            r"'share_heads', 'use_keys', 'use_values'\]"),
+    ("shaw", dict(max_distance=2.5), r"position option max_distance = 2\.5 is not allowed; allowed: a int"),
+    ("shaw", dict(use_keys=1), r"position option use_keys = 1 is not allowed; allowed: a bool"),
+    ("shaw", dict(max_distance=True), r"position option max_distance = True is not allowed; allowed: a int"),
 ])
-def test_bad_config_raises(scheme, config, match):
+def test_bad_options_raise(scheme, options, match):
   with pytest.raises(ValueError, match=match):
-    positions.make(scheme, 2, 4, config)
+    positions.make(scheme, 2, 4, options=options)
+
+
+def test_rope_odd_head_dim_raises_in_make():
+  with pytest.raises(ValueError, match=r"rope needs an even head_dim, got 3"):
+    positions.make("rope", 2, 3)
+
+
+def test_learned_rejects_max_length_below_1():
+  with pytest.raises(ValueError, match=r"max_length must be >= 1 for 'learned', got 0"):
+    positions.make("learned", 2, 4, max_length=0)
+
+
+def test_options_list_every_scheme_option_with_its_default():
+  assert positions.options() == dict(max_distance=16, use_keys=True, use_values=True, share_heads=False,
+                                     num_buckets=32, bucket_max_distance=128, rope_base=10000.0)
+  assert positions.scheme_options("shaw") == dict(max_distance=16, use_keys=True, use_values=True, share_heads=False)
+  assert positions.scheme_options("t5") == dict(num_buckets=32, bucket_max_distance=128)
+  assert positions.scheme_options("rope") == dict(rope_base=10000.0)
+  for name in ("none", "sinusoidal", "learned", "alibi", "alibi_directional"):
+    assert positions.scheme_options(name) == {}, name
+  positions.check_options(positions.options())
+  positions.check_options(dict(rope_base=500, share_heads=True))  # an int where a float is expected is fine
+
+
+def test_make_passes_each_scheme_the_options_it_declares():
+  options = dict(max_distance=3, share_heads=True, num_buckets=8, bucket_max_distance=16, rope_base=500.0)
+  shaw = positions.make("shaw", 2, 4, options=options)
+  assert (shaw.max_distance, shaw.share_heads, shaw.use_keys, shaw.use_values) == (3, True, True, True)
+  t5 = positions.make("t5", 2, 4, causal=True, options=options)
+  assert (t5.num_buckets, t5.bucket_max_distance, t5.causal, t5.num_heads, t5.head_dim) == (8, 16, True, 2, 4)
+  assert positions.make("rope", 2, 4, options=options).rope_base == 500.0
+  assert positions.make("learned", 2, 4, max_length=7, options=options).max_length == 7
+  # The others' options are ignored, not set: alibi has no max_distance field.
+  assert not hasattr(positions.make("alibi", 2, 4, options=options), "max_distance")
+  assert positions.make("t5", 2, 4).num_buckets == 32  # no options: the defaults
 
 
 # ----------------------------------------------------------------------------
 # The model: token embeddings -> scheme.embed -> self-attention.
 
 F, H = 8, 2
-CONFIG = positions.PositionConfig(max_length=16, max_distance=2, num_buckets=8, bucket_max_distance=16)
+OPTIONS = dict(max_distance=2, num_buckets=8, bucket_max_distance=16)  # each scheme takes the ones it declares
+MAX_LENGTH = 16
 VOCAB = "0123456789+-="
 # A fixed random character embedding: equal characters get equal vectors.
 EMBEDDING = np.random.default_rng(2).normal(size=(len(VOCAB), F)).astype(np.float32)
@@ -105,10 +168,11 @@ class Encoder(nn.Module):
   position: str
 
   @nn.compact
-  def __call__(self, x, mask=None):
-    x = positions.make(self.position, H, F // H, CONFIG, name="embed_position").embed(x)
-    return MultiHeadAttention(num_heads=H, position=self.position, position_config=CONFIG, name="attention")(
-        x, mask=mask)
+  def __call__(self, x, key_valid=None):
+    x = positions.make(self.position, H, F // H, max_length=MAX_LENGTH, options=OPTIONS,
+                       name="embed_position").embed(x)
+    return MultiHeadAttention(num_heads=H, position=self.position, position_options=OPTIONS, max_length=MAX_LENGTH,
+                              name="attention")(x, key_valid=key_valid)
 
 
 _ENCODERS = {}
@@ -125,8 +189,8 @@ def encoder(position, random_variables):
     params = random_variables(model, jnp.zeros((1, 4, F)), seed=1)
 
     @jax.jit
-    def apply(params, x, mask):
-      out, state = model.apply(params, x, mask=mask, mutable=["intermediates"])
+    def apply(params, x, key_valid):
+      out, state = model.apply(params, x, key_valid=key_valid, mutable=["intermediates"])
       (weights,) = state["intermediates"]["attention"]["attention_weights"]
       return out, weights
 
@@ -181,7 +245,7 @@ def test_translation(random_variables, position):
   pad = np.zeros((3, F), np.float32)
   inputs = jnp.asarray(np.stack([np.concatenate([x, pad]), np.concatenate([pad, x])]))
   valid = np.array([[1] * 4 + [0] * 3, [0] * 3 + [1] * 4], bool)
-  out, weights = map(np.asarray, apply(params, inputs, jnp.asarray(valid[:, None, None, :])))
+  out, weights = map(np.asarray, apply(params, inputs, jnp.asarray(valid)))
   gap_out = np.max(np.abs(out[0, :4] - out[1, 3:]))
   gap_weights = np.max(np.abs(weights[0, :, :4, :4] - weights[1, :, 3:, 3:]))
   if position in ABSOLUTE:
@@ -239,13 +303,13 @@ def test_t5_buckets(random_variables):
   # Causal: future keys collapse into bucket 0, the past spreads over all 8.
   assert np.all(uni[d >= 0] == 0) and uni[d == -1] == 1 and uni[d == -20] == 7
   # The bias depends on j - i only, and bias() puts query 0 at q_offset.
-  t5 = positions.make("t5", H, 4, CONFIG)
+  t5 = positions.make("t5", H, 4, options=OPTIONS)
   q = k = jnp.zeros((1, 5, H, 4))
-  variables = random_variables(t5, q, k, method=t5.attend)
+  variables = random_variables(t5, q, k, method=t5.terms)
 
   @jax.jit
   def biases(variables):
-    terms = t5.apply(variables, q, k, 2, method=t5.attend)
+    terms = t5.apply(variables, q, k, 2, method=t5.terms)
     return (terms.bias_fn(jnp.arange(3), jnp.arange(5)), terms.bias_fn(jnp.arange(3) + 7, jnp.arange(5) + 7),
             terms.bias(3, 5, 2)[0], terms.bias_fn(jnp.arange(2, 5), jnp.arange(5)))
 
@@ -263,9 +327,9 @@ def test_alibi_bias():
   @jax.jit
   def bias(q, k):
     out = []
-    for directional in (False, True):
-      alibi = positions.make("alibi", 4, 4, positions.PositionConfig(alibi_directional=directional))
-      out.append(alibi.apply({}, q, k, 0, method=alibi.attend).bias_fn(jnp.arange(5), jnp.arange(5)))
+    for name in ("alibi", "alibi_directional"):
+      alibi = positions.make(name, 4, 4)
+      out.append(alibi.apply({}, q, k, 0, method=alibi.terms).bias_fn(jnp.arange(5), jnp.arange(5)))
     return out
 
   symmetric, directional = map(np.asarray, bias(q, k))  # [h, q, k]
@@ -289,7 +353,7 @@ def test_sinusoid_values():
 
 
 def test_learned_rejects_sequences_longer_than_its_table(random_variables):
-  scheme = positions.make("learned", 2, 4, positions.PositionConfig(max_length=4))
+  scheme = positions.make("learned", 2, 4, max_length=4)
   with pytest.raises(ValueError, match=r"sequence length 5 exceeds the learned table's max_length 4"):
     random_variables(scheme, jnp.zeros((1, 5, 8)), method=scheme.embed)
 
@@ -297,3 +361,67 @@ def test_learned_rejects_sequences_longer_than_its_table(random_variables):
 def test_rope_odd_head_dim_raises():
   with pytest.raises(ValueError, match=r"rope needs an even head_dim, got 3"):
     positions.rotate(jnp.zeros((1, 2, 1, 3)), jnp.arange(2))
+
+
+# ----------------------------------------------------------------------------
+# A scheme registered by a test runs in the layer, with its own option.
+
+
+def test_a_scheme_registered_here_runs_in_the_layer(random_variables):
+  # A toy scheme: one learned scalar per head and clipped distance clip(j - i, -c, c), c = toy_clip.
+  name = "toy_clipped_bias"
+  assert name not in positions.SCHEMES
+
+  class ClippedBias(positions.Scheme):
+    toy_clip: int = 2
+
+    def check(self):
+      if self.toy_clip < 0:
+        raise ValueError(f"toy_clip must be >= 0, got {self.toy_clip}")
+
+    @nn.compact
+    def terms(self, query, key, q_offset=0):
+      c = self.toy_clip
+      table = self.param("bias", nn.initializers.normal(0.02), (self.num_heads, 2 * c + 1))
+      bias_fn = lambda q_pos, k_pos: table[:, jnp.clip(k_pos[None, :] - q_pos[:, None], -c, c) + c]
+      return positions.Terms(query, key, bias_fn=bias_fn)
+
+  positions.register(name)(ClippedBias)
+  try:
+    assert positions.get(name) is ClippedBias and positions.options()["toy_clip"] == 2
+    with pytest.raises(ValueError, match=r"toy_clip must be >= 0, got -1"):
+      positions.make(name, H, F // H, options={"toy_clip": -1})
+    # Cross-attention of 3 queries at positions 2..4 over 6 keys, batch element 1 padded to 4 keys.
+    nq, nk, q_offset = 3, 6, 2
+    rng = np.random.default_rng(7)
+    xq, xkv = (jnp.asarray(rng.normal(size=(2, n, F)), jnp.float32) for n in (nq, nk))
+    valid = jnp.asarray(np.arange(nk)[None, :] < np.array([[nk], [4]]))
+    make = lambda implementation: MultiHeadAttention(
+        num_heads=H, position=name, position_options={**OPTIONS, "toy_clip": 2}, implementation=implementation)
+    params = random_variables(make("dense"), xq, xkv, key_valid=valid)
+    table = np.asarray(params["params"]["position"]["bias"])
+    assert table.shape == (H, 5)
+    # The same bias, from the table by hand: [h, q, k] at distance j - (q_offset + i).
+    distance = np.arange(nk)[None, :] - (q_offset + np.arange(nq))[:, None]
+    bias = jnp.asarray(table[:, np.clip(distance, -2, 2) + 2][None])
+    assert len(np.unique(np.clip(distance, -2, 2))) == 5  # every row of the table is used
+
+    @jax.jit
+    def run(params):
+      p = params["params"]
+      proj = lambda name, x: jnp.einsum("blf,fhd->blhd", x, p[name]["kernel"])
+      want = attn.dot_product_attention(proj("query", xq), proj("key", xkv), proj("value", xkv), bias=bias,
+                                        mask=attn.padding_mask(None, valid))
+      want = jnp.einsum("blhd,hdf->blf", want, p["out"]["kernel"])
+      return want, [make(i).apply(params, xq, xkv, key_valid=valid, q_offset=q_offset) for i in ("dense", "chunked")]
+
+    want, got = run(params)
+    for implementation, out in zip(("dense", "chunked"), got):
+      np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-5, atol=1e-5, err_msg=implementation)
+    # The bias matters: without it the output differs (the comparison can fail).
+    no_bias = jax.tree_util.tree_map(lambda x: x, params)
+    no_bias["params"]["position"]["bias"] = jnp.zeros_like(no_bias["params"]["position"]["bias"])
+    assert np.max(np.abs(np.asarray(run(no_bias)[1][0]) - np.asarray(want))) > 1e-3
+  finally:
+    del positions.SCHEMES[name]
+  assert name not in positions.SCHEMES and "toy_clip" not in positions.options()

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rpr import relative as rel
+from rpr.attention import relative as rel
 
 
 def clip_id(i, j, k, offset):

@@ -8,10 +8,12 @@ import sys
 import pytest
 
 from experiments import paper
+from experiments import report
 from experiments import sweep as sweep_lib
 from experiments import sweeps
 from rpr import data
 from rpr import run_config
+from rpr.attention import positions
 
 
 @pytest.mark.parametrize("name", sorted(sweeps.SWEEPS))
@@ -42,19 +44,19 @@ def _configs(name):
 
 def test_table2_cpu_is_every_k_of_the_paper_relative_only_three_seeds():
   runs = _configs("table2_cpu")
-  assert sorted({(c.max_distance, c.seed) for _, c in runs}) == sorted(
+  assert sorted({(c.model.position_options.max_distance, c.seed) for _, c in runs}) == sorted(
       (k, s) for k in paper.TABLE2 for s in (0, 1, 2))
   for _, c in runs:
-    assert c.dataset == "arithmetic" and c.position == "shaw"  # Shaw attention, no absolute encoding
-    assert c.use_keys and c.use_values
-    assert paper.lookup("table2", c.to_dict()) == paper.TABLE2[c.max_distance]
+    assert c.dataset == "arithmetic" and c.model.position == "shaw"  # Shaw attention, no absolute encoding
+    assert c.model.position_options.use_keys and c.model.position_options.use_values
+    assert paper.lookup("table2", report.flatten(c.to_dict())) == paper.TABLE2[c.model.position_options.max_distance]
 
 
 def test_table3_cpu_is_every_switch_combination_three_seeds():
   runs = _configs("table3_cpu")
-  assert sorted({(c.use_values, c.use_keys, c.seed) for _, c in runs}) == sorted(
+  assert sorted({(c.model.position_options.use_values, c.model.position_options.use_keys, c.seed) for _, c in runs}) == sorted(
       (av, ak, s) for av, ak in paper.TABLE3 for s in (0, 1, 2))
-  assert {(c.position, c.max_distance) for _, c in runs} == {("shaw", paper.BASE_K)}
+  assert {(c.model.position, c.model.position_options.max_distance) for _, c in runs} == {("shaw", paper.BASE_K)}
 
 
 def test_wmt_sweeps_are_the_configs_cells_and_share_one_vocabulary():
@@ -63,13 +65,13 @@ def test_wmt_sweeps_are_the_configs_cells_and_share_one_vocabulary():
     assert len(runs) == {1: 4, 2: 7, 3: 4}[table]
     for run, c in runs:
       assert run.variant.startswith(f"table{table},") and c.cache_dir == "root/wmt14_cache"
-      assert paper.lookup(f"table{table}", c.to_dict()) is not None
+      assert paper.lookup(f"table{table}", report.flatten(c.to_dict())) is not None
 
 
 def test_length_sweep_covers_every_scheme_with_three_seeds():
   runs = _configs("length")
-  schemes = {c.position for _, c in runs}
-  assert schemes == set(sweeps.LENGTH_SCHEMES)
+  schemes = {c.model.position for _, c in runs}
+  assert schemes == set(positions.SCHEMES)  # the registry, directional ALiBi included
   for _, c in runs:
     assert c.dataset == "reverse" and c.eval_by_length and c.long_max_length == 2 * c.max_length
   assert sorted({c.seed for _, c in runs}) == [0, 1, 2]
@@ -79,7 +81,7 @@ def test_length_sweep_covers_every_scheme_with_three_seeds():
     ("length_tiny", "shaw", "python run.py --config=configs/length.py:tiny,pe=shaw --workdir={root}/length_tiny/shaw/seed1 "
      "--config.seed=1"),
     ("table3_cpu", "av=off,ak=on", "python run.py --config=configs/arithmetic.py:pe=shaw,k=16 "
-     "--workdir={root}/table3_cpu/av=off,ak=on/seed1 --config.num_train_steps=4000 --config.use_values=False --config.use_keys=True --config.seed=1"),
+     "--workdir={root}/table3_cpu/av=off,ak=on/seed1 --config.num_train_steps=4000 --config.model.position_options.use_values=False --config.model.position_options.use_keys=True --config.seed=1"),
 ])
 def test_printed_commands_name_the_config_variant_workdir_and_every_key(tmp_path, name, only, expected):
   _skip_without_config_file(sweep_lib.select(sweeps.get(name), only=[only])[0])
@@ -101,8 +103,8 @@ def test_run_sweep_trains_in_turn_skips_finished_runs_and_goes_on_after_a_failur
   calls = []
 
   def fake_train(config, workdir):
-    calls.append((config.position, config.seed, workdir))
-    if config.position == "sinusoidal" and config.seed == 1:
+    calls.append((config.model.position, config.seed, workdir))
+    if config.model.position == "sinusoidal" and config.seed == 1:
       raise FloatingPointError("diverged")
     _finish(pathlib.Path(workdir), config.num_train_steps)
 
@@ -138,3 +140,24 @@ def test_select_and_unknown_names_fail_clearly():
     sweep_lib.select(sweep, only=["k=3"])
   with pytest.raises(ValueError, match=r"unknown sweep 'table9'; allowed: \[.*'table2_cpu'"):
     sweeps.get("table9")
+
+
+def test_a_run_stopped_by_a_signal_stops_the_sweep(tmp_path):
+  sweep = sweeps.get("length_tiny")
+  calls = []
+
+  def fake_train(config, workdir):
+    calls.append(workdir)
+    return {"stopped_by_signal": 1.0, "step": 3.0}  # saved half way, as SIGTERM leaves a run
+
+  outcome = sweep_lib.run_sweep(sweep, str(tmp_path), list(sweep.runs), train_fn=fake_train)
+  assert len(calls) == 1 and outcome["stopped"] == calls and not outcome["done"]
+
+
+def test_arithmetic_sweeps_cover_the_registry_seed_major():
+  for name in ("arithmetic", "arithmetic_full"):
+    runs = sweeps.get(name).runs
+    assert [r.name for r in runs[:len(positions.SCHEMES)]] == list(positions.SCHEMES)  # seed 0 of every scheme first
+    assert sorted({(r.name, r.seed) for r in runs}) == sorted((s, k) for s in positions.SCHEMES for k in (0, 1, 2))
+  full = _configs("arithmetic_full")
+  assert {(c.arithmetic_config, c.num_train_steps) for _, c in full} == {("n1000_addsub", 20_000)}

@@ -1,9 +1,10 @@
 """rpr.train end to end on the tiny config: outputs, exact resume, SIGTERM, NaN stop, data parallelism, bad configs."""
 
-import importlib.util
+import importlib
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -48,12 +49,14 @@ def _env(cache_dir, devices=None):
 
 
 def tiny_config(**overrides):
-  """configs/tiny.py, loaded by path as run.py's config flag does, with ``overrides``."""
-  spec = importlib.util.spec_from_file_location("rpr_configs_tiny", ROOT / "configs" / "tiny.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
+  """configs/tiny.py with ``overrides`` (``model`` keys: ``model={"d_model": 16}``)."""
+  from configs import tiny
+
+  config = tiny.get_config()
+  config.lock()  # a misspelt key fails instead of being added
+  model = overrides.pop("model", {})
   config.update(overrides)
+  config.model.update(model)
   return config
 
 
@@ -64,7 +67,8 @@ def load_state(workdir, step) -> dict:
 
 
 # Short runs without evaluation, so that each test compiles only the train step.
-FAST = dict(num_train_steps=8, eval_splits=(), log_every_steps=2, checkpoint_every_steps=100, dropout_rate=0.1)
+FAST = dict(num_train_steps=8, eval_splits=(), log_every_steps=2, checkpoint_every_steps=100,
+            model={"dropout_rate": 0.1})
 
 
 def test_tiny_run_writes_the_workdir_and_learns(tmp_path):
@@ -160,7 +164,7 @@ def run_steps(num_steps):
   from rpr import model as model_lib
   from rpr import optim
 
-  config = tiny_config(batch_size=8, dropout_rate=0.1)
+  config = tiny_config(batch_size=8, model={"dropout_rate": 0.1})
   mesh = train.make_mesh()
   task = data.get_task(config)
   model = model_lib.Transformer(run_config.model_config(config, task.vocab.size))
@@ -205,11 +209,11 @@ def test_data_parallel_on_4_devices_matches_1_device(tmp_path, compilation_cache
 
 
 BAD_CONFIGS = [
-    (dict(position="absolute"), r"config.position = 'absolute'.*allowed: \[.*'shaw'"),
-    (dict(cross_position="sinusoidal"), r"config.cross_position.*allowed"),
-    (dict(preset="huge"), r"config.preset = 'huge'.*allowed: \['tiny', 'base', 'big'\]"),
-    (dict(num_heads=3), r"config.num_heads = 3 does not divide config.d_model = 32"),
-    (dict(max_distance=-1), r"config.max_distance = -1.*allowed: an int >= 0"),
+    (dict(model={"position": "absolute"}), r"config.model.position = 'absolute'.*allowed: \[.*'shaw'"),
+    (dict(model={"cross_position": "sinusoidal"}), r"config.model.cross_position.*allowed"),
+    (dict(model={"num_heads": 3}), r"config.model.num_heads = 3.*allowed: a divisor of d_model = 32"),
+    (dict(model={"position_options": {"max_distance": -1}}),
+     r"config.model.position_options: max_distance \(clipping distance k\) must be >= 0, got -1"),
     (dict(dataset="wmt99"), r"config.dataset: unknown data set 'wmt99'; allowed: \[.*'copy'"),
     (dict(dataset=""), r"config.dataset: unknown data set ''"),
     (dict(eval_splits=("test",)), r"config.eval_splits.*allowed: names from \['valid', 'long'\]"),
@@ -219,18 +223,17 @@ BAD_CONFIGS = [
     (dict(learning_rate=-1.0), r"config.learning_rate = -1.0.*allowed: a number > 0"),
     (dict(label_smoothing=1.0), r"config.label_smoothing"),
     (dict(batch_size=0), r"config.batch_size = 0.*allowed: an int >= 1"),
-    (dict(dtype="float16"), r"config.dtype.*allowed: \['float32', 'bfloat16'\]"),
-    (dict(attention_implementation="flash"),
-     r"config.attention_implementation = 'flash'.*allowed: \['dense', 'chunked'\]"),
+    (dict(model={"dtype": "float16"}), r"config.model.dtype.*allowed: \['float32', 'bfloat16'\]"),
+    (dict(model={"attention_implementation": "flash"}),
+     r"config.model.attention_implementation = 'flash'.*allowed: \['chunked', 'dense'\]"),
 ]
 
 
-@pytest.mark.parametrize("overrides, message", BAD_CONFIGS, ids=[next(iter(o)) + "=" + repr(next(iter(o.values())))
-                                                                 for o, _ in BAD_CONFIGS])
+@pytest.mark.parametrize("overrides, message", BAD_CONFIGS, ids=[repr(o) for o, _ in BAD_CONFIGS])
 def test_bad_config_fails_before_any_work_naming_the_key(tmp_path, overrides, message):
   workdir = tmp_path / "run"
   with pytest.raises(ValueError, match=message):
-    train.train_and_evaluate(tiny_config(**overrides), str(workdir))
+    train.train_and_evaluate(tiny_config(**dict(overrides)), str(workdir))
   assert not workdir.exists()  # nothing was built or written
 
 
@@ -248,15 +251,71 @@ def test_missing_dataset_key_and_batch_not_divisible_by_devices():
 
 def test_every_config_file_validates_and_run_py_trains_with_overrides(tmp_path, compilation_cache):
   for path in sorted((ROOT / "configs").glob("*.py")):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    if path.stem in ("__init__", "base"):
+      continue
+    module = importlib.import_module("configs." + path.stem)
     run_config.validate(module.get_config(), num_devices=1)
   workdir = tmp_path / "cli"
   cmd = [sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={workdir}", "--config.num_train_steps=2",
-         "--config.eval_splits=()", "--config.dropout_rate=0.1", "--config.log_every_steps=1"]
+         "--config.eval_splits=()", "--config.model.dropout_rate=0.1", "--config.log_every_steps=1"]
   proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env(compilation_cache))
   assert proc.returncode == 0, proc.stderr[-3000:]
   saved = json.loads((workdir / "config.json").read_text())
   assert saved["model_config"]["dropout_rate"] == 0.1 and saved["config"]["num_train_steps"] == 2
   assert "step 2/2: loss" in proc.stderr
+
+
+def test_a_newly_registered_scheme_trains_through_the_engine(tmp_path):
+  """A scheme is its own class plus a registry entry: the config, the model and the loop pick it up by name."""
+  import flax.linen as nn
+  import jax.numpy as jnp
+  from rpr.attention import positions
+
+  @positions.register("toy_clipped_bias")
+  class ToyClippedBias(positions.Scheme):
+    toy_radius: int = 2  # an option of its own
+
+    @nn.compact
+    def terms(self, query, key, q_offset=0):
+      table = self.param("bias", nn.initializers.normal(0.1), (2 * self.toy_radius + 1, self.num_heads))
+
+      def bias_fn(q_pos, k_pos):
+        d = jnp.clip(k_pos[None, :] - q_pos[:, None], -self.toy_radius, self.toy_radius) + self.toy_radius
+        return jnp.transpose(table[d], (2, 0, 1))
+
+      return positions.Terms(query, key, bias_fn=bias_fn)
+
+  try:
+    config = tiny_config(num_train_steps=3, eval_splits=(), log_every_steps=1,
+                         model={"position": "toy_clipped_bias", "attention_implementation": "chunked"})
+    assert config.model.position_options.toy_radius == 2  # the base config lists the new option
+    config.model.position_options.toy_radius = 3
+    out = train.train_and_evaluate(config, str(tmp_path / "run"))
+    assert out["step"] == 3 and np.isfinite(out["train/loss"])
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["model_config"]["position_options"]["toy_radius"] == 3
+    state = load_state(tmp_path / "run", 3)
+    assert state["['params']['encoder']['layer_0']['self_attention']['position']['bias']"].shape == (7, 2)
+  finally:
+    del positions.SCHEMES["toy_clipped_bias"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config.train.steps=50"], r"unknown config key .*'train'.* --print_config"),
+    (["--config.num_train_steps=abc"], r"--config.num_train_steps=abc: invalid literal"),
+    (["--config=configs/arithmetic.py:pe=bogus"], r"pe='bogus' is not allowed; allowed: one of \['alibi'"),
+    (["--config.model.d_model=-3"], r"config.model.d_model = -3 is not allowed; allowed: an int >= 1"),
+    (["--workdir={file}"], r"--workdir '.*' is a file; allowed: a directory"),
+])
+def test_user_errors_are_one_line_with_exit_status_2(tmp_path, args, message):
+  file = tmp_path / "a_file"
+  file.write_text("")
+  cmd = [sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}"]
+  cmd += [a.format(file=file) for a in args]
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+  lines = [l for l in proc.stderr.splitlines() if l.startswith("run.py: error:")]
+  assert proc.returncode == 2 and len(lines) == 1 and re.search(message, lines[0]), proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr
+  debug = subprocess.run(cmd + ["--debug"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+  assert debug.returncode != 0 and "Traceback" in debug.stderr

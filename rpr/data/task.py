@@ -14,7 +14,7 @@ from typing import Iterator, Protocol, Sequence
 
 import numpy as np
 
-PAD, BOS, EOS = 0, 1, 2
+from rpr.tokens import BOS, EOS, PAD  # noqa: F401  (re-exported: the ids every vocabulary reserves)
 
 
 class Vocab(Protocol):

@@ -1,15 +1,14 @@
 """One config trained once per position scheme, side by side with the accuracy a position-blind model can reach.
 
-``compare_positions(config, workdir)`` is what ``python run.py`` does when the
-config names schemes in ``config.compare_positions``: it trains the config
-once per scheme, each in ``workdir/<scheme>`` (resumable, and a finished run
-is not redone), then prints every scheme's test exact match beside the
-bag-of-characters bound of :mod:`rpr.data.bounds` (arithmetic data only).
-``experiments/arithmetic.py`` builds the full sweep (all schemes, several
-seeds, report, attention maps) from the same pieces.
+``compare_positions(config, workdir, schemes)`` is what ``python run.py``
+does without flags: it trains the config once per scheme, each in
+``workdir/<scheme>`` (resumable, and a finished run is not redone), then
+prints every scheme's test exact match beside the bag-of-characters bound of
+:mod:`rpr.data.bounds` (arithmetic data only). ``experiments/arithmetic.py``
+builds the full sweep (all schemes, several seeds, report, attention maps)
+from the same pieces.
 
-Scheme names are those of :data:`rpr.positions.SCHEMES` plus
-``alibi_directional`` (ALiBi with ``alibi_directional=True``).
+Scheme names are those of :data:`rpr.attention.positions.SCHEMES`.
 """
 
 from __future__ import annotations
@@ -21,13 +20,10 @@ from typing import Optional, Sequence
 
 from absl import logging
 
-from rpr import positions
-
-DIRECTIONAL_SUFFIX = "_directional"
-
+from rpr.attention import positions
 
 def scheme_names() -> list[str]:
-  return sorted(positions.SCHEMES) + ["alibi" + DIRECTIONAL_SUFFIX]
+  return sorted(positions.SCHEMES)
 
 
 def with_scheme(config, scheme: str):
@@ -36,30 +32,27 @@ def with_scheme(config, scheme: str):
     raise ValueError(f"unknown scheme {scheme!r}; allowed: {scheme_names()}")
   c = config.copy_and_resolve_references()
   with c.unlocked():
-    c.position = scheme.removesuffix(DIRECTIONAL_SUFFIX)
-    if c.position == "alibi":
-      c.alibi_directional = scheme.endswith(DIRECTIONAL_SUFFIX)
-    if "compare_positions" in c:
-      c.compare_positions = ()
+    c.model.position = scheme
   return c
 
 
 def train_run(config, workdir: str) -> dict:
-  """Trains ``config`` in ``workdir`` unless ``workdir/result.json`` says it finished; returns that record.
+  """Trains ``config`` in ``workdir`` unless it finished (:func:`experiments.sweep.finished`); returns its record.
 
   The record: ``metrics`` (final metrics of :func:`rpr.train.train_and_evaluate`)
   and ``seconds`` (wall time of the call: data loading, compilation, training
-  and the final evaluation). A resumed run's seconds cover the last call only.
+  and the final evaluation), kept in ``workdir/result.json``. A resumed run's
+  seconds cover the last call only.
   """
+  from experiments import sweep
   from rpr import train  # JAX, TFDS: imported when a run starts
 
   path = os.path.join(workdir, "result.json")
-  if os.path.exists(path):
+  if sweep.finished(workdir, config) and os.path.exists(path):
     with open(path, encoding="utf-8") as f:
       record = json.load(f)
-    if record["metrics"].get("step") == config.num_train_steps:
-      logging.info("%s already finished; not training again.", workdir)
-      return record
+    logging.info("%s already finished; not training again.", workdir)
+    return record
   start = time.time()
   metrics = train.train_and_evaluate(config, workdir)
   record = {"metrics": metrics, "seconds": time.time() - start}
@@ -86,13 +79,13 @@ def cached_bounds(config_name: str, path: Optional[str], views: Sequence[str] = 
   return result
 
 
-def compare_positions(config, workdir: str) -> dict:
-  """Trains ``config`` once per scheme of ``config.compare_positions`` and prints the comparison.
+def compare_positions(config, workdir: str, schemes: Sequence[str]) -> dict:
+  """Trains ``config`` once per scheme of ``schemes`` and prints the comparison.
 
   Returns ``{"runs": {scheme: record}, "bounds": {...}}``.
   """
   runs = {}
-  for scheme in config.compare_positions:
+  for scheme in schemes:
     logging.info("Training with position scheme %r.", scheme)
     runs[scheme] = train_run(with_scheme(config, scheme), os.path.join(workdir, scheme))
   bound = {}

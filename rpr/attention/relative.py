@@ -16,18 +16,22 @@ scatter and no ``[q, k_len, head_dim]`` tensor is ever formed, and the extra
 work is O(q k head_dim) for the small tables plus elementwise passes over the
 logits. On XLA's CPU backend those passes are not fused into the softmax (its
 library fusion of dot + softmax takes no gathers), so the dense path still pays
-about one logits-sized buffer per map; :mod:`rpr.chunked` avoids that by
+about one logits-sized buffer per map; :mod:`rpr.attention.chunked` avoids that by
 adding the out-of-band buckets as per-row constants and calling these maps
 only on the blocks that the band crosses.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from rpr.attention.masks import relative_distance
 
 Array = jax.Array
 
@@ -39,13 +43,6 @@ def check_max_distance(max_distance) -> int:
   if max_distance < 0:
     raise ValueError(f"max_distance (clipping distance k) must be >= 0, got {max_distance}")
   return int(max_distance)
-
-
-def relative_distance(q_len: int, k_len: int, offset=0) -> Array:
-  """``[q_len, k_len]`` int32 matrix ``j - (i + offset)``: key position minus query position."""
-  i = jax.lax.broadcasted_iota(jnp.int32, (q_len, k_len), 0)
-  j = jax.lax.broadcasted_iota(jnp.int32, (q_len, k_len), 1)
-  return j - (i + jnp.asarray(offset, jnp.int32))
 
 
 def bucket_ids(q_len: int, k_len: int, max_distance: int, offset=0) -> Array:
@@ -90,7 +87,8 @@ def _row_gather(x: Array, cols: Array) -> Array:
                         mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
 
 
-def _expand(x: Array, k_len: int, max_distance: int, offset) -> Array:
+def bucket_expand(x: Array, k_len: int, max_distance: int, offset) -> Array:
+  """:func:`expand` without its custom gradient (for kernels that write their own backward pass)."""
   q_len = x.shape[-2]
   return _row_gather(x, bucket_ids(q_len, k_len, max_distance, offset))
 
@@ -105,7 +103,8 @@ def _masked_row_sums(p: Array, *conditions: Array) -> tuple:
   return tuple(s.astype(p.dtype) for s in sums)
 
 
-def _reduce(p: Array, max_distance: int, offset) -> Array:
+def bucket_reduce(p: Array, max_distance: int, offset) -> Array:
+  """:func:`reduce` without its custom gradient (for kernels that write their own backward pass)."""
   k = max_distance
   if k == 0:
     return jnp.sum(p, axis=-1, keepdims=True, dtype=jnp.promote_types(p.dtype, jnp.float32)).astype(p.dtype)
@@ -123,15 +122,15 @@ def _reduce(p: Array, max_distance: int, offset) -> Array:
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
 def expand(x: Array, k_len: int, max_distance: int, offset=0) -> Array:
   """``[..., q, 2k+1] -> [..., q, k_len]``: ``out[i, j] = x[i, clip(j - i - offset, k) + k]``."""
-  return _expand(x, k_len, max_distance, offset)
+  return bucket_expand(x, k_len, max_distance, offset)
 
 
 def _expand_fwd(x, k_len, max_distance, offset):
-  return _expand(x, k_len, max_distance, offset), offset
+  return bucket_expand(x, k_len, max_distance, offset), offset
 
 
 def _expand_bwd(k_len, max_distance, offset, g):
-  return _reduce(g, max_distance, offset), _float0_like(offset)
+  return bucket_reduce(g, max_distance, offset), _float0_like(offset)
 
 
 expand.defvjp(_expand_fwd, _expand_bwd)
@@ -140,16 +139,16 @@ expand.defvjp(_expand_fwd, _expand_bwd)
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def reduce(p: Array, max_distance: int, offset=0) -> Array:
   """``[..., q, k_len] -> [..., q, 2k+1]``: sum of ``p[i, j]`` over the keys in each bucket."""
-  return _reduce(p, max_distance, offset)
+  return bucket_reduce(p, max_distance, offset)
 
 
 def _reduce_fwd(p, max_distance, offset):
-  return _reduce(p, max_distance, offset), (offset, p.shape[-1])
+  return bucket_reduce(p, max_distance, offset), (offset, p.shape[-1])
 
 
 def _reduce_bwd(max_distance, res, g):
   offset, k_len = res
-  return _expand(g, k_len, max_distance, offset), _float0_like(offset)
+  return bucket_expand(g, k_len, max_distance, offset), _float0_like(offset)
 
 
 reduce.defvjp(_reduce_fwd, _reduce_bwd)
@@ -172,3 +171,105 @@ def reduce_ids(p: Array, ids: Array, num_relations: int) -> Array:
     ids = ids[:, None]
   one_hot = jax.nn.one_hot(ids, num_relations, dtype=p.dtype)
   return jnp.einsum("...qk,...qkr->...qr", p, one_hot)
+
+
+# ----------------------------------------------------------------------------
+# Shaw's two terms for one attention call.
+
+
+@dataclasses.dataclass(frozen=True)
+class Relative:
+  """Shaw et al. (2018) relative terms for one attention call.
+
+  Attributes:
+    max_distance: clipping distance k; relative ids are ``clip(j - i - offset, -k, k) + k``.
+    key_table: a^K table ``[2k+1, head_dim]`` (shared across heads) or
+      ``[heads, 2k+1, head_dim]`` (per head), or None to switch a^K off.
+    value_table: a^V table, same layouts, or None.
+    offset: position of query 0 relative to key 0 (a decoder step at ``t`` has ``offset=t``).
+    ids: explicit relation ids ``[q, k]`` or ``[batch, q, k]`` in ``[0, num_relations)``
+      (trees, graphs); when given, ``max_distance`` and ``offset`` are ignored and
+      the tables have ``num_relations`` rows.
+  """
+
+  max_distance: int = 0
+  key_table: Optional[Array] = None
+  value_table: Optional[Array] = None
+  offset: object = 0
+  ids: Optional[Array] = None
+
+  @property
+  def num_relations(self) -> int:
+    for t in (self.key_table, self.value_table):
+      if t is not None:
+        return t.shape[-2]
+    return 2 * self.max_distance + 1
+
+  def check(self, num_heads: int, head_dim: int) -> None:
+    if self.ids is None:
+      k = check_max_distance(self.max_distance)
+      want = 2 * k + 1
+    else:
+      want = self.num_relations
+    for name, t in (("key_table", self.key_table), ("value_table", self.value_table)):
+      if t is None:
+        continue
+      if t.ndim not in (2, 3) or t.shape[-2] != want:
+        raise ValueError(
+            f"Relative.{name} has shape {tuple(t.shape)}; allowed: [{want}, {head_dim}] or "
+            f"[{num_heads}, {want}, {head_dim}] ({want} = 2k+1 rows for k={self.max_distance})"
+            if self.ids is None else
+            f"Relative.{name} has shape {tuple(t.shape)}; allowed: [{want}, {head_dim}] or [{num_heads}, {want}, {head_dim}]")
+      if t.shape[-1] != head_dim:
+        raise ValueError(f"Relative.{name} head_dim is {t.shape[-1]}, but the heads have head_dim {head_dim}")
+      if t.ndim == 3 and t.shape[0] != num_heads:
+        raise ValueError(f"Relative.{name} has {t.shape[0]} head tables, but attention has {num_heads} heads")
+
+  def within(self, q_length: int, k_length: int) -> "Relative":
+    """The same terms with the tables cut to the distances these lengths can reach.
+
+    With a static ``offset``, ``j - i - offset`` lies in ``[-(q-1) - offset,
+    k-1 - offset]``; if that is inside ``[-k', k']`` for some ``k' < k``, no
+    distance is clipped at ``k'`` either, and rows ``k-k' .. k+k'`` of each
+    table are all that is ever read. Shaw's k = 64 or 256 on sentences of a few
+    dozen tokens would otherwise multiply queries by hundreds of unused rows.
+    Exact (the gradient of the cut rows is zero, as it is uncut); a traced
+    offset (cached decoding) or explicit ids leave the terms as they are.
+    """
+    if self.ids is not None or not isinstance(self.offset, (int, np.integer)) or isinstance(self.offset, bool):
+      return self
+    k = self.max_distance
+    reach = max(q_length - 1 + int(self.offset), k_length - 1 - int(self.offset), 0)
+    if reach >= k:
+      return self
+    cut = lambda t: None if t is None else t[..., k - reach:k + reach + 1, :]
+    return dataclasses.replace(self, max_distance=reach, key_table=cut(self.key_table),
+                               value_table=cut(self.value_table))
+
+  def expand(self, x: Array, k_length: int) -> Array:
+    """``[b, h, q, R] -> [b, h, q, k]``."""
+    if self.ids is not None:
+      return expand_ids(x, self.ids)
+    return expand(x, k_length, self.max_distance, self.offset)
+
+  def reduce(self, p: Array) -> Array:
+    """``[b, h, q, k] -> [b, h, q, R]``."""
+    if self.ids is not None:
+      return reduce_ids(p, self.ids, self.num_relations)
+    return reduce(p, self.max_distance, self.offset)
+
+
+def _table_einsum(spec_shared: str, spec_heads: str, a: Array, table: Array) -> Array:
+  return jnp.einsum(spec_shared if table.ndim == 2 else spec_heads, a, table.astype(a.dtype))
+
+
+def relative_logits(query: Array, relative: Relative, k_length: int) -> Array:
+  """a^K term ``q_i . w^K_{clip(j-i)}`` as ``[b, h, q, k]`` (query already scaled)."""
+  qw = _table_einsum("bqhd,rd->bhqr", "bqhd,hrd->bhqr", query, relative.key_table)
+  return relative.expand(qw, k_length)
+
+
+def relative_values(weights: Array, relative: Relative) -> Array:
+  """a^V term ``sum_j alpha_ij w^V_{clip(j-i)}`` as ``[b, q, h, d]``."""
+  buckets = relative.reduce(weights)
+  return _table_einsum("bhqr,rd->bqhd", "bhqr,hrd->bqhd", buckets, relative.value_table)

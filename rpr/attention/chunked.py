@@ -33,10 +33,11 @@ Position schemes per block ``(I, J)`` (query rows from ``q0``, keys from ``k0``)
   gradients through ``jax.closure_convert``.
 * RoPE: rotate query and key beforehand; nothing per block.
 
-Masks: ``key_valid`` (padding), ``causal`` (key blocks wholly in the future
-are skipped) and optionally a dense boolean ``mask`` sliced per block (which
-itself costs ``O(q k)`` bytes). Fully masked rows are unspecified here (the
-dense path averages all values; skipped causal blocks change that average).
+Masks (:class:`rpr.attention.masks.Mask`): ``key_valid`` (padding),
+``causal`` (key blocks wholly in the future are skipped), ``window`` and
+optionally a dense boolean ``array`` sliced per block (which itself costs
+``O(q k)`` bytes). A query row with no allowed key outputs zero and passes no
+gradient, as in the dense implementation.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rpr import relative as rel
-from rpr.attention import Relative, check_mask, check_qkv
+from rpr.attention import relative as rel
+from rpr.attention.dense import MaskLike, as_mask, check_qkv
+from rpr.attention.relative import Relative
 
 Array = jax.Array
 
@@ -153,8 +155,8 @@ def band_plan(block: int, max_distance: int, offset: int) -> list:
 # The blocked forward and backward passes.
 
 
-def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bool, max_distance: int,
-               static_offset: Optional[int], bias_fn: Optional[Callable], dropout_rate: float):
+def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, window: Optional[int], shaw: bool,
+               max_distance: int, static_offset: Optional[int], bias_fn: Optional[Callable], dropout_rate: float):
   """The attention core as a ``jax.custom_vjp`` for one static configuration.
 
   Arguments of the returned function (query already scaled by 1/sqrt(d) and
@@ -190,12 +192,12 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
   def expand_corner(x, corner, column):
     """The corner box's exact a^K terms (or a^V gradients) minus the block's edge ``column``."""
     width = corner.cols.stop - corner.cols.start
-    return rel._expand(x[..., corner.rows, :], width, max_distance, corner.offset) - column[..., corner.rows, None]
+    return rel.bucket_expand(x[..., corner.rows, :], width, max_distance, corner.offset) - column[..., corner.rows, None]
 
   def reduce_corner(x, corner):
     """The corner box's bucket sums minus its cells' share of the edge bucket: ``[..., rows, 2k+1]``."""
     xc = x[..., corner.rows, corner.cols]
-    return rel._reduce(xc, max_distance, corner.offset).at[..., _edge_index(corner)].add(-xc.sum(-1))
+    return rel.bucket_reduce(xc, max_distance, corner.offset).at[..., _edge_index(corner)].add(-xc.sum(-1))
 
   def tiles(q_index, rel_offset, q_offset):
     """``[(side, first, last)]``: key blocks ``first..last`` lie on ``side`` of this query block's band."""
@@ -226,7 +228,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
     kj = jax.lax.dynamic_slice_in_dim(k, start, bk, axis=2)
     s = jnp.einsum("hbqd,hbkd->hbqk", qi, kj)
     if xk is not None and side == BAND:
-      s = s + rel._expand(xk, bk, max_distance, rel_offset + q0 - start).astype(s.dtype)
+      s = s + rel.bucket_expand(xk, bk, max_distance, rel_offset + q0 - start).astype(s.dtype)
     if xk is not None and isinstance(side, Corner):
       s = s.at[..., side.rows, side.cols].add(expand_corner(xk, side, _edge_column(xk, side)).astype(s.dtype))
     if bias is not None:
@@ -235,9 +237,12 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
     allowed = None
     if key_valid is not None:
       allowed = jax.lax.dynamic_slice_in_dim(key_valid, start, bk, axis=1)[None, :, None, :]
-    if causal:
-      q_pos = q_offset + q0 + jnp.arange(bq, dtype=jnp.int32)
-      allowed = _and(allowed, (k_pos[None, :] <= q_pos[:, None])[None, None])
+    if causal or window is not None:
+      d = k_pos[None, :] - (q_offset + q0 + jnp.arange(bq, dtype=jnp.int32))[:, None]
+      if causal:
+        allowed = _and(allowed, (d <= 0)[None, None])
+      if window is not None:
+        allowed = _and(allowed, (jnp.abs(d) <= window)[None, None])
     if mask is not None:
       m = mask
       if m.shape[2] > 1:
@@ -289,7 +294,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
         if buckets is not None:
           buckets = buckets * alpha[..., None]
           if side == BAND:
-            buckets = buckets + rel._reduce(p, max_distance, rel_offset + q0 - start)
+            buckets = buckets + rel.bucket_reduce(p, max_distance, rel_offset + q0 - start)
           edge = edge * alpha
           if side != BAND:
             edge = edge.at[_edge_index(side)].add(p.sum(-1) if dropout else mass)  # the kept mass
@@ -306,14 +311,18 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
       for side, first, last in tiles(q_index, rel_offset, q_offset):
         carry = jax.lax.fori_loop(first, last + 1, lambda t, c, side=side: visit(c, t * bk, side), carry)
       m, l, acc, buckets, edge = carry
-      m = jnp.where(jnp.isfinite(m), m, 0)  # a row that saw no key block: lse 0, output 0
-      l = jnp.where(l > 0, l, 1)
+      # A row without any allowed key (its max is the mask's floor, or -inf if it saw no key block) outputs
+      # zero; its lse of +inf makes every p_ij of the backward pass zero.
+      empty = m <= jnp.finfo(dtype).min / 2
+      l = jnp.where(empty, 1, l)
       extra = {}
       if a_v:  # reduce(P) (after dropout): the band blocks' buckets plus the edge blocks' masses
         buckets = buckets.at[..., 0].add(edge[0]).at[..., -1].add(edge[1])
+        buckets = jnp.where(empty[..., None], 0, buckets)
         extra["buckets"] = buckets / l[..., None]
         acc = acc + _bucket_product(buckets, vt)  # z_i += sum_r reduce(alpha)_ir w^V_r
-      return None, (acc / l[..., None], m + jnp.log(l), extra)
+      out = jnp.where(empty[..., None], 0, acc / l[..., None])
+      return None, (out, jnp.where(empty, jnp.inf, m + jnp.log(l)), extra)
 
     _, (out, lse, extra) = jax.lax.scan(one_query_block, None, (q, jnp.arange(nq, dtype=jnp.int32)))
     return out, lse, extra  # [nq, h, b, bq, dv], [nq, h, b, bq], per-block Shaw statistics
@@ -351,7 +360,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
         dp = jnp.einsum("hbqd,hbkd->hbqk", gi, vj)
         offset = rel_offset + q0 - start
         if gw is not None and side == BAND:
-          dp = dp + rel._expand(gw, bk, max_distance, offset).astype(dp.dtype)
+          dp = dp + rel.bucket_expand(gw, bk, max_distance, offset).astype(dp.dtype)
         if gw is not None and isinstance(side, Corner):
           dp = dp.at[..., side.rows, side.cols].add(expand_corner(gw, side, e).astype(dp.dtype))
         p_drop = p
@@ -366,7 +375,7 @@ def _make_core(*, block_q: int, block_k: int, k_len: int, causal: bool, shaw: bo
         dq = dq + jnp.einsum("hbqk,hbkd->hbqd", ds, kj)
         if dbuckets is not None:  # an edge block's a^K gradient is its row sum of ds, in bucket 0 or 2k
           if side == BAND:
-            dbuckets = dbuckets + rel._reduce(ds, max_distance, offset)
+            dbuckets = dbuckets + rel.bucket_reduce(ds, max_distance, offset)
           else:
             dbuckets = dbuckets.at[..., _edge_index(side)].add(ds.sum(-1))
           if isinstance(side, Corner):
@@ -422,10 +431,9 @@ def _and(a: Optional[Array], b: Array) -> Array:
 
 
 def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optional[Relative] = None,
-                      bias_fn: Optional[Callable[[Array, Array], Array]] = None,
-                      key_valid: Optional[Array] = None, causal: bool = False, q_offset=0,
-                      mask: Optional[Array] = None, dropout_rate: float = 0.0,
-                      dropout_rng: Optional[Array] = None, block_q: int = 128, block_k: int = 128) -> Array:
+                      bias_fn: Optional[Callable[[Array, Array], Array]] = None, mask: MaskLike = None,
+                      q_offset=0, dropout_rate: float = 0.0, dropout_rng: Optional[Array] = None,
+                      block_q: int = 128, block_k: int = 128) -> Array:
   """Scaled dot-product attention in linear memory, with any position scheme.
 
   Computes what :func:`rpr.attention.dot_product_attention` computes,
@@ -442,12 +450,11 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
     bias_fn: ``(q_positions [q], k_positions [k]) -> [heads | 1, q, k]``
       additive logits bias (T5, ALiBi: :attr:`rpr.positions.Terms.bias_fn`),
       evaluated per block at query positions ``q_offset + i``.
-    key_valid: ``[batch, k_length]`` booleans, False for padding keys.
-    causal: query ``i`` (at ``q_offset + i``) sees keys ``j <= q_offset + i``.
-    q_offset: position of query 0 for ``causal`` and ``bias_fn``.
-    mask: optional dense boolean mask broadcastable to ``[batch, heads,
-      q_length, k_length]``, sliced per block (O(q k) bytes itself; prefer
-      ``key_valid`` and ``causal``).
+    mask: a :class:`~rpr.attention.masks.Mask` (its ``key_valid``,
+      ``causal`` and ``window`` cost nothing per query-key pair; an
+      ``array`` is sliced per block and costs its own O(q k) bytes), or a
+      boolean array (taken as ``Mask(array=...)``).
+    q_offset: position of query 0 for the mask and ``bias_fn``.
     dropout_rate, dropout_rng: dropout on the attention weights; each block's
       keep-mask is drawn from ``fold_in(dropout_rng, block)`` and redrawn in
       the backward pass (different draws from the dense path's).
@@ -459,12 +466,14 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
   check_qkv(query, key, value)
   b, q_len, h, d = query.shape
   k_len = key.shape[1]
-  check_mask(mask, (b, h, q_len, k_len))
+  mask_parts = as_mask(mask)
+  mask_parts.check(b, h, q_len, k_len)
+  key_valid, causal, mask = mask_parts.key_valid, mask_parts.causal, mask_parts.array
+  if key_valid is not None:
+    key_valid = jnp.broadcast_to(key_valid, (b, k_len))
   for name, size in (("block_q", block_q), ("block_k", block_k)):
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
       raise ValueError(f"{name} must be an int >= 1, got {size!r}")
-  if key_valid is not None and tuple(key_valid.shape) != (b, k_len):
-    raise ValueError(f"key_valid has shape {tuple(key_valid.shape)}; allowed: [batch, k_length] = {(b, k_len)}")
   if not 0.0 <= dropout_rate < 1.0:
     raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate}")
   if dropout_rate > 0 and dropout_rng is None:
@@ -515,7 +524,8 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
     bias_fn, consts = jax.closure_convert(bias_fn, jnp.zeros((bq,), jnp.int32), jnp.zeros((bk,), jnp.int32))
     consts = tuple(consts)
   rng = dropout_rng if dropout_rate > 0 else jax.random.PRNGKey(0)
-  core = _make_core(block_q=bq, block_k=bk, k_len=k_len, causal=causal, shaw=relative is not None,
+  core = _make_core(block_q=bq, block_k=bk, k_len=k_len, causal=causal, window=mask_parts.window,
+                    shaw=relative is not None,
                     max_distance=max_distance, static_offset=static_offset, bias_fn=bias_fn,
                     dropout_rate=float(dropout_rate))
   out = core(q, k, v, kt, vt, consts, key_valid, mask, rel_offset, jnp.asarray(q_offset, jnp.int32), rng)

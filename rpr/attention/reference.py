@@ -12,7 +12,7 @@ Like tensor2tensor's ``dot_product_attention_relative`` it gathers the tables
 into explicit per-pair tensors, here ``[batch, heads, q_length, k_length,
 head_dim]``, so memory is O(b h q k d). That is the point: the code is short
 enough to check by eye against the equations and shares nothing with
-:mod:`rpr.relative` (no expand/reduce, no custom gradients), so agreeing with
+:mod:`rpr.attention.relative` (no expand/reduce, no custom gradients), so agreeing with
 it means something. It follows the conventions of
 :func:`rpr.attention.dot_product_attention` with :class:`rpr.attention.Relative`
 and is dtype-generic (float64 when x64 is enabled).
@@ -91,11 +91,9 @@ def shaw_attention_reference(query: Array, key: Array, value: Array, key_table: 
     a_k = gather_table(key_table.astype(dtype), ids, b, h)
     logits = logits + jnp.einsum("bqhd,bhqkd->bhqk", q, a_k)
   logits = logits / jnp.sqrt(jnp.asarray(d, dtype))
-  if mask is not None:
-    # A finite floor rather than -inf, as the fast path does: a fully masked
-    # row becomes uniform instead of NaN.
-    logits = jnp.where(mask, logits, jnp.finfo(dtype).min)
-  weights = jax.nn.softmax(logits, axis=-1)
+  weights = jax.nn.softmax(logits if mask is None else jnp.where(mask, logits, -jnp.inf), axis=-1)
+  if mask is not None:  # a query with no allowed key attends to nothing: zero weights, zero output
+    weights = jnp.where(jnp.any(mask, axis=-1, keepdims=True), weights, 0)
 
   # z_i = sum_j alpha_ij (v_j + a^V_ij)  (eq. 3)
   out = jnp.einsum("bhqk,bkhd->bqhd", weights, v)

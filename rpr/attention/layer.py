@@ -1,0 +1,152 @@
+"""Multi-head attention as a ``flax.linen`` module: a position scheme and an implementation, each by name."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from rpr.attention import positions
+from rpr.attention.chunked import chunked_attention
+from rpr.attention.dense import additive_attention, dot_product_attention
+from rpr.attention.masks import Mask
+
+Array = jax.Array
+
+
+# ----------------------------------------------------------------------------
+# Implementations: one signature, (layer, terms, value, mask, q_offset, rate, rng) -> (out, weights | None).
+
+
+def _dense(layer, terms: positions.Terms, value: Array, mask: Mask, q_offset, rate: float, rng):
+  bias = terms.bias(terms.query.shape[1], terms.key.shape[1], q_offset)
+  return dot_product_attention(terms.query, terms.key, value, mask=mask, bias=bias, relative=terms.relative,
+                               q_offset=q_offset, dropout_rate=rate, dropout_rng=rng, return_weights=True)
+
+
+def _chunked(layer, terms: positions.Terms, value: Array, mask: Mask, q_offset, rate: float, rng):
+  out = chunked_attention(terms.query, terms.key, value, relative=terms.relative, bias_fn=terms.bias_fn,
+                          mask=mask, q_offset=q_offset, dropout_rate=rate, dropout_rng=rng)
+  return out, None
+
+
+def _additive(layer, terms: positions.Terms, value: Array, mask: Mask, q_offset, rate: float, rng):
+  if terms.relative is not None:
+    raise ValueError(f"position {layer.position!r} adds Shaw relative terms, which implementation='additive' does "
+                     "not support; use 'dense' or 'chunked'")
+  head_dim = terms.query.shape[-1]
+  v = layer.param("score_vector", nn.initializers.normal(head_dim ** -0.5), (layer.num_heads, head_dim),
+                  layer.param_dtype)
+  bias = terms.bias(terms.query.shape[1], terms.key.shape[1], q_offset)
+  return additive_attention(terms.query, terms.key, value, v, mask=mask, bias=bias, q_offset=q_offset,
+                            dropout_rate=rate, dropout_rng=rng, return_weights=True)
+
+
+# dense: scaled dot-product, weights formed (and sown); chunked: the same in memory linear in the lengths,
+# no weights; additive: Bahdanau scores (no Shaw terms).
+IMPLEMENTATIONS: dict[str, Callable] = {"dense": _dense, "chunked": _chunked, "additive": _additive}
+
+
+def check_implementation(name: str) -> None:
+  if name not in IMPLEMENTATIONS:
+    raise ValueError(f"unknown attention implementation {name!r}; allowed: {sorted(IMPLEMENTATIONS)}")
+
+
+class MultiHeadAttention(nn.Module):
+  """Projections in, attention per head with a position scheme, projection out.
+
+  Attributes:
+    num_heads: number of heads; ``head_dim`` defaults to ``features_in // num_heads``.
+    position: name of the position scheme (:data:`rpr.attention.positions.SCHEMES`)
+      used in this layer's attention; absolute schemes do nothing here.
+    position_options: the schemes' options (:func:`rpr.attention.positions.options`),
+      e.g. ``{"max_distance": 16}``; each scheme takes the ones it declares.
+    max_length: longest position (learned tables; unused by the schemes acting in attention).
+    scheme: optionally a scheme module owned by a parent, to share its
+      parameters across layers (T5 shares its bias this way).
+    implementation: ``dense``, ``chunked`` or ``additive`` (:data:`IMPLEMENTATIONS`).
+      Decode steps (one query against the cache) run dense.
+    causal: mask keys after the query (decoder self-attention).
+    window: restricted attention: only keys within ``window`` positions (None: all).
+    decode: one query token per call, keys and values cached in the ``cache``
+      collection; initialise with a full-length input to size the cache.
+  """
+
+  num_heads: int
+  head_dim: Optional[int] = None
+  out_features: Optional[int] = None
+  position: str = "none"
+  position_options: Optional[Mapping[str, Any]] = None
+  max_length: int = 512
+  scheme: Optional[nn.Module] = None
+  implementation: str = "dense"
+  causal: bool = False
+  window: Optional[int] = None
+  dropout_rate: float = 0.0
+  decode: bool = False
+  use_bias: bool = False
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, inputs_q: Array, inputs_kv: Optional[Array] = None, *, key_valid: Optional[Array] = None,
+               deterministic: bool = True, q_offset=0) -> Array:
+    """``inputs_q [batch, q, features]``, ``inputs_kv [batch, k, features]`` (None: self-attention).
+
+    ``key_valid [batch, k]``: False for padding keys. The layer's ``causal``
+    and ``window`` complete the :class:`Mask`. With the dense implementation
+    the attention weights are sown in ``intermediates/attention_weights``.
+    ``q_offset`` is the position of query 0 when not decoding (the
+    encoder-decoder attention of a cached decoder step at position ``t``
+    passes ``t``); with ``decode=True`` the cache index is used instead.
+    """
+    check_implementation(self.implementation)
+    inputs_kv = inputs_q if inputs_kv is None else inputs_kv
+    features = inputs_q.shape[-1]
+    if self.head_dim is None and features % self.num_heads:
+      raise ValueError(f"features {features} are not divisible by num_heads {self.num_heads}")
+    head_dim = self.head_dim or features // self.num_heads
+    dense = lambda name: nn.DenseGeneral((self.num_heads, head_dim), use_bias=self.use_bias, dtype=self.dtype,
+                                         param_dtype=self.param_dtype, name=name)
+    query, key, value = dense("query")(inputs_q), dense("key")(inputs_kv), dense("value")(inputs_kv)
+    implementation = self.implementation
+    if self.decode:
+      key, value, q_offset = self._update_cache(key, value)
+      if implementation == "chunked":
+        implementation = "dense"
+    mask = Mask(key_valid=key_valid, causal=self.causal or self.decode, window=self.window)
+
+    scheme = self.scheme
+    if scheme is None:
+      scheme = positions.make(self.position, self.num_heads, head_dim, causal=self.causal,
+                              max_length=self.max_length, options=self.position_options, name="position")
+    terms = scheme.terms(query, key, q_offset)
+    rate = 0.0 if deterministic else self.dropout_rate
+    rng = self.make_rng("dropout") if rate > 0 else None
+    out, weights = IMPLEMENTATIONS[implementation](self, terms, value, mask, q_offset, rate, rng)
+    if weights is not None:
+      self.sow("intermediates", "attention_weights", weights)
+    return nn.DenseGeneral(self.out_features or features, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype,
+                           param_dtype=self.param_dtype, name="out")(out)
+
+  def _update_cache(self, key: Array, value: Array):
+    """Writes this step's key/value at ``cache_index``; returns the cache and the query's position.
+
+    Keys not yet written lie after the query, so the causal mask hides them.
+    """
+    initialized = self.has_variable("cache", "cached_key")
+    cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
+    cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
+    index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
+    if not initialized:  # init call: sizes the cache, attends as a full causal pass
+      return key, value, 0
+    b, max_len, h, d = cached_key.value.shape
+    if key.shape != (b, 1, h, d):
+      raise ValueError(f"decode step expects one token of shape {(b, 1, h, d)}, got {key.shape}")
+    i = index.value
+    cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, (0, i, 0, 0))
+    cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value, (0, i, 0, 0))
+    index.value = i + 1
+    return cached_key.value, cached_value.value, i
