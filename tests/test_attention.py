@@ -582,9 +582,10 @@ def test_empty_axis_raises(fn):
     ATTENTION[fn](*_qkv32(nk=0))
 
 
-def test_window_mask_negative_window_raises():
-  with pytest.raises(ValueError, match=r"window must be >= 0, got -2"):
-    attn.window_mask(4, 4, -2)
+@pytest.mark.parametrize("window", [-2, 1.5, True])
+def test_window_mask_bad_window_raises(window):
+  with pytest.raises(ValueError, match=r"window must be None or an int >= 0, got"):
+    attn.window_mask(4, 4, window)
 
 
 def test_reference_rejects_negative_max_distance():

@@ -5,7 +5,8 @@ A :class:`Mask` describes the mask by its parts instead of holding a
 causality and a local window, all relative to the query positions
 ``q_offset + i`` (keys sit at ``0 .. k_length-1``). The dense implementation
 materialises it (:meth:`Mask.dense`); the chunked one evaluates it per block
-and skips key blocks it rules out, so its memory stays linear in the lengths.
+(skipping the key blocks that causality rules out; a window is masked inside
+each block, not yet skipped), so its memory stays linear in the lengths.
 Any other pattern (trees, graphs) goes in ``Mask.array``, which both
 implementations accept at the cost of its own O(q k) bytes.
 
@@ -57,7 +58,7 @@ class Mask:
   Attributes:
     key_valid: ``[batch, k_length]`` (or ``[1, k_length]``) booleans, False for padding keys.
     causal: only keys ``j <= q_offset + i`` (decoder self-attention, cached decoding).
-    window: only keys ``|j - (q_offset + i)| <= window`` (restricted attention, O(L window) work chunked).
+    window: only keys ``|j - (q_offset + i)| <= window`` (restricted attention).
     array: any other boolean mask, broadcastable to ``[batch, heads, q_length, k_length]``.
   """
 
@@ -116,6 +117,4 @@ def padding_mask(q_valid: Optional[Array], k_valid: Array) -> Array:
 
 def window_mask(q_length: int, k_length: int, window: int, offset=0, causal: bool = False) -> Array:
   """``[1, 1, q, k]``: keys within ``window`` positions of the query (restricted attention)."""
-  if isinstance(window, int) and not isinstance(window, bool) and window < 0:
-    raise ValueError(f"window must be >= 0, got {window}")
-  return Mask(causal=causal, window=window).dense(q_length, k_length, offset)
+  return Mask(causal=causal, window=check_window(window)).dense(q_length, k_length, offset)
