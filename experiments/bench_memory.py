@@ -323,19 +323,10 @@ def table_lines(data: dict) -> list[str]:
 
 
 def machine() -> dict:
-  import flax
+  """bench_attention's machine record, plus the backend and XLA flags this estimate depends on."""
+  from experiments import bench_attention
 
-  cpu = platform.processor()
-  try:
-    with open("/proc/cpuinfo") as f:
-      cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-  except (OSError, StopIteration):
-    pass
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
-  return {"cpu": cpu, "cores": os.cpu_count(), "jax": jax.__version__, "jaxlib": jax.lib.__version__,
-          "flax": flax.__version__, "python": platform.python_version(), "backend": jax.default_backend(),
-          "xla_flags": os.environ.get("XLA_FLAGS", ""), "git_commit": commit.strip(),
-          "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GB, 1)}
+  return {**bench_attention.machine(), "backend": jax.default_backend(), "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
 def write_report(data: dict, out_dir: str) -> None:
