@@ -29,10 +29,8 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import shlex
-import subprocess
 import sys
 import time
 
