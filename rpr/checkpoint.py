@@ -27,9 +27,6 @@ class Checkpoints:
   def latest_step(self) -> Optional[int]:
     return self.manager.latest_step()
 
-  def all_steps(self) -> list[int]:
-    return list(self.manager.all_steps())
-
   def restore(self, abstract_state: Any, step: Optional[int] = None) -> Any:
     """The state saved at ``step`` (default: the latest), shaped and sharded like ``abstract_state``."""
     step = self.latest_step() if step is None else step
@@ -45,9 +42,6 @@ class Checkpoints:
     if not (force or self.due(step)) or step in self.manager.all_steps():
       return False
     return self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
-
-  def wait(self) -> None:
-    self.manager.wait_until_finished()
 
   def close(self) -> None:
     self.manager.wait_until_finished()
