@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from rpr import attention as attn
-from rpr.attention import positions
+from rpr.attention import positions, reference
 from rpr.attention.chunked import BAND, LEFT, Corner, band_plan, chunked_attention
+from rpr.attention.chunked_plan import RIGHT, Plan
 from rpr.attention import MultiHeadAttention
 
 BLOCKS = dict(block_q=3, block_k=4)
@@ -233,6 +234,132 @@ def test_decoder_step_with_traced_offset(x64, rng):
   for t in (0, 4, 8):
     dense, chunked = both(jnp.int32(t))
     np.testing.assert_allclose(np.asarray(chunked), np.asarray(dense), rtol=1e-10, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------
+# Local windows: key blocks outside the window are skipped, not only masked.
+
+
+# Windows smaller than, equal to and larger than a block; square blocks (the
+# planned band with corners) and not; q_offset shifting the window, q and k
+# lengths that differ; padding; causal with a negative offset leaving the
+# first rows empty; and no Shaw terms (max_distance None).
+@pytest.mark.parametrize("nq,nk,block_q,block_k,window,causal,padded,q_offset,k", [
+    (24, 24, 4, 4, 2, False, False, 0, 2),
+    (24, 24, 4, 4, 4, True, True, 0, 3),
+    (19, 30, 4, 4, 9, False, True, 5, 2),
+    (30, 19, 3, 5, 3, True, False, -4, 2),
+    (16, 40, 8, 8, 0, False, False, 12, 3),
+    (21, 33, 5, 4, 6, True, True, 9, 20),
+    (26, 23, 4, 6, 5, False, True, -2, None),
+])
+def test_window_matches_reference(x64, rng, nq, nk, block_q, block_k, window, causal, padded, q_offset, k):
+  b, h = 2, 2
+  q, kk, v = qkv(rng, b, nq, nk, h)
+  kt, vt = tables(rng, k or 0, h)
+  key_valid = jnp.asarray(np.arange(nk)[None, :] < np.array([[nk], [nk - 6]])) if padded else None
+  mask = attn.Mask(key_valid=key_valid, causal=causal, window=window)
+  dense = np.broadcast_to(np.asarray(mask.dense(nq, nk, q_offset)), (b, h, nq, nk))
+  empty_rows = np.transpose(~dense.any(-1), (0, 2, 1))[..., None]  # [b, nq, h, 1], as the output
+  g = jnp.asarray(rng.normal(size=q.shape))
+  shaw = lambda kt, vt: None if k is None else attn.Relative(k, kt, vt, offset=q_offset)
+  fns = (lambda q, kk, v, kt, vt: reference.shaw_attention_reference(
+             q, kk, v, *((kt, vt, k) if k is not None else (None, None, 0)), q_offset, jnp.asarray(dense)),
+         lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=shaw(kt, vt), mask=mask, q_offset=q_offset,
+                                                    block_q=block_q, block_k=block_k))
+
+  @jax.jit
+  def run(*args):
+    outs = []
+    for f in fns:
+      out, vjp = jax.vjp(f, *args)
+      outs.append((out, vjp(g), vjp(g * empty_rows)))
+    return outs
+
+  (want, want_grads, _), (got, grads, grads_from_empty) = run(q, kk, v, kt, vt)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-10)
+  assert np.all(np.asarray(got)[np.broadcast_to(empty_rows, got.shape)] == 0)
+  used = 3 if k is None else 5  # without Shaw terms the tables get no gradient
+  for a, b_, from_empty in list(zip(want_grads, grads, grads_from_empty))[:used]:
+    np.testing.assert_allclose(np.asarray(b_), np.asarray(a), rtol=1e-10, atol=1e-10)
+    assert np.all(np.asarray(from_empty) == 0)
+
+
+def test_window_with_a_traced_offset_matches_dense(x64, rng):
+  # Cached decoding: a few queries at a traced position t over 40 keys; the
+  # visited blocks follow t at run time.
+  q, kk, v = qkv(rng, nq=3, nk=40)
+  kt, vt = tables(rng, 2)
+
+  @jax.jit
+  def both(t):
+    rel = attn.Relative(2, kt, vt, offset=t)
+    mask = attn.Mask(causal=True, window=5)
+    return (attn.dot_product_attention(q, kk, v, relative=rel, mask=mask, q_offset=t),
+            chunked_attention(q, kk, v, relative=rel, mask=mask, q_offset=t, block_q=4, block_k=4))
+
+  for t in (0, 6, 17, 37):
+    dense, chunked = both(jnp.int32(t))
+    np.testing.assert_allclose(np.asarray(chunked), np.asarray(dense), rtol=1e-10, atol=1e-10)
+
+
+def visited(plan: Plan, q_blocks: int, q_offset=0, rel_offset=0) -> dict:
+  """``{(I, J): case}`` for every tile the plan visits; no tile twice."""
+  tiles = {}
+  for i in range(q_blocks):
+    for v in plan.visits(i, q_offset, rel_offset):
+      for j in range(int(v.first), int(v.last) + 1):
+        assert (i, j) not in tiles, (i, j)
+        tiles[i, j] = v.case
+  return tiles
+
+
+def block_pairs_with_a_visible_key(nq, nk, block_q, block_k, window, causal, q_offset) -> set:
+  """The tiles holding at least one (query, key) pair that the mask allows."""
+  allowed = np.asarray(attn.Mask(causal=causal, window=window).dense(nq, nk, q_offset))[0, 0]
+  i, j = np.nonzero(allowed)
+  return set(zip((i // block_q).tolist(), (j // block_k).tolist()))
+
+
+@pytest.mark.parametrize("length,block,window", [(1024, 64, 32), (4096, 64, 32), (1024, 64, 100)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("max_distance", [None, 16])
+def test_window_plan_visits_o_length_times_window_tiles(length, block, window, causal, max_distance):
+  # Time is linear in the length: about (2 window / block + 2) key blocks
+  # per query block, not all length / block of them, and exactly the tiles
+  # that hold a visible key.
+  n = length // block
+  plan = Plan.make(block, block, length, causal, window, max_distance, 0 if max_distance else None)
+  tiles = visited(plan, n)
+  assert set(tiles) == block_pairs_with_a_visible_key(length, length, block, block, window, causal, 0)
+  assert len(tiles) <= n * (2 * window // block + 2)
+  assert len(visited(Plan.make(block, block, length, causal, None, max_distance, 0), n)) == (
+      n * (n + 1) // 2 if causal else n * n)
+
+
+# Square and non-square blocks, Shaw offsets that are static (corners) and
+# traced (band only), the window shifted past either end of the keys.
+@pytest.mark.parametrize("nq,nk,block_q,block_k,window,causal,q_offset,static", [
+    (64, 64, 8, 8, 3, False, 0, True), (64, 64, 8, 8, 8, True, 5, True), (48, 80, 8, 8, 13, False, -20, True),
+    (48, 80, 6, 8, 10, False, 30, False), (40, 40, 4, 4, 0, True, -3, False), (40, 24, 8, 8, 2, False, 30, True)])
+def test_window_plan_visits_exactly_the_visible_tiles_with_the_right_shaw_case(nq, nk, block_q, block_k, window,
+                                                                              causal, q_offset, static):
+  k = 5
+  plan = Plan.make(block_q, block_k, nk, causal, window, k, q_offset if static else None)
+  assert (plan.diagonals is not None) == (static and block_q == block_k)
+  tiles = visited(plan, nq // block_q, q_offset, q_offset)
+  assert set(tiles) == block_pairs_with_a_visible_key(nq, nk, block_q, block_k, window, causal, q_offset)
+  for (i, j), case in tiles.items():  # an edge tile holds one bucket, outside a corner's box
+    buckets = np.clip((j * block_k + np.arange(block_k))[None, :] - (i * block_q + np.arange(block_q))[:, None]
+                      - q_offset, -k, k) + k
+    outside = np.ones_like(buckets, bool)
+    if isinstance(case, Corner):
+      outside[case.rows, case.cols] = False
+    side = case.side if isinstance(case, Corner) else case
+    if side == LEFT:
+      assert (buckets[outside] == 0).all(), (i, j)
+    elif side == RIGHT:
+      assert (buckets[outside] == 2 * k).all(), (i, j)
 
 
 # ----------------------------------------------------------------------------

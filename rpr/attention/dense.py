@@ -118,6 +118,7 @@ def dot_product_attention(query: Array, key: Array, value: Array, *, mask: MaskL
   b, q_len, h, d = query.shape
   k_len = key.shape[1]
   mask = as_mask(mask)
+  masks_lib.check_offset(q_offset)
   mask.check(b, h, q_len, k_len)
   masks_lib.check_array(bias, (b, h, q_len, k_len), "bias")
   query = query / jnp.sqrt(jnp.asarray(d, query.dtype))
@@ -149,6 +150,7 @@ def additive_attention(query: Array, key: Array, value: Array, v: Array, *, mask
   b, q_len, h, _ = query.shape
   k_len = key.shape[1]
   mask = as_mask(mask)
+  masks_lib.check_offset(q_offset)
   mask.check(b, h, q_len, k_len)
   v = v if v.ndim == 2 else jnp.broadcast_to(v, (h, v.shape[-1]))
   hidden = jnp.tanh(query[:, :, None] + key[:, None, :])  # [b, q, k, h, a]

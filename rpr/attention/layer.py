@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from rpr.attention import positions
 from rpr.attention.chunked import chunked_attention
 from rpr.attention.dense import additive_attention, dot_product_attention
-from rpr.attention.masks import Mask
+from rpr.attention.masks import Mask, check_offset
 
 Array = jax.Array
 
@@ -103,6 +103,7 @@ class MultiHeadAttention(nn.Module):
     passes ``t``); with ``decode=True`` the cache index is used instead.
     """
     check_implementation(self.implementation)
+    check_offset(q_offset)
     inputs_kv = inputs_q if inputs_kv is None else inputs_kv
     features = inputs_q.shape[-1]
     if self.head_dim is None and features % self.num_heads:

@@ -5,8 +5,9 @@ A :class:`Mask` describes the mask by its parts instead of holding a
 causality and a local window, all relative to the query positions
 ``q_offset + i`` (keys sit at ``0 .. k_length-1``). The dense implementation
 materialises it (:meth:`Mask.dense`); the chunked one evaluates it per block
-(skipping the key blocks that causality rules out; a window is masked inside
-each block, not yet skipped), so its memory stays linear in the lengths.
+(skipping the key blocks that causality or the window rules out for a whole
+query block), so its memory stays linear in the lengths and a window's time
+is O(length x window).
 Any other pattern (trees, graphs) goes in ``Mask.array``, which both
 implementations accept at the cost of its own O(q k) bytes.
 
@@ -21,23 +22,36 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
+
+
+def check_offset(offset, name: str = "q_offset"):
+  """``offset`` as given if it is an integer position (int or an integer-dtype array, traced or not); else an error.
+
+  A float would be truncated by the int32 cast below (1.5 -> 1) and a bool
+  read as 0 or 1: both are rejected, naming ``name``.
+  """
+  if isinstance(offset, (bool, np.bool_)) or not (
+      isinstance(offset, (int, np.integer)) or jnp.issubdtype(getattr(offset, "dtype", float), jnp.integer)):
+    raise TypeError(f"{name} must be an integer position (an int or an integer array), got {offset!r}")
+  return offset
 
 
 def relative_distance(q_len: int, k_len: int, offset=0) -> Array:
   """``[q_len, k_len]`` int32 matrix ``j - (i + offset)``: key position minus query position."""
   i = jax.lax.broadcasted_iota(jnp.int32, (q_len, k_len), 0)
   j = jax.lax.broadcasted_iota(jnp.int32, (q_len, k_len), 1)
-  return j - (i + jnp.asarray(offset, jnp.int32))
+  return j - (i + jnp.asarray(check_offset(offset, "offset"), jnp.int32))
 
 
 def check_window(window) -> Optional[int]:
   if window is None:
     return None
-  if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+  if isinstance(window, (bool, np.bool_)) or not isinstance(window, (int, np.integer)) or window < 0:
     raise ValueError(f"window must be None or an int >= 0, got {window!r}")
-  return window
+  return int(window)
 
 
 def check_array(mask: Optional[Array], shape: tuple, name: str = "mask") -> None:

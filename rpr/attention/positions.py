@@ -297,6 +297,8 @@ class RoPE(Scheme):
   def check(self) -> None:
     if not self.rope_base > 1:
       raise ValueError(f"rope_base must be > 1, got {self.rope_base}")
+    if not self.rope_base <= float(np.finfo(np.float64).max):  # inf, or an int no float holds
+      raise ValueError(f"rope_base must be finite, got {self.rope_base}")
     if self.head_dim % 2:
       raise ValueError(f"rope needs an even head_dim, got {self.head_dim}")
 
