@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from rpr.data import sentencepiece_vocab, wmt
+from rpr.data import sentencepiece_vocab, text, wmt
 from rpr.data.task import BOS, EOS, PAD
 
 NUM_EXAMPLES = 200
@@ -123,8 +123,8 @@ def test_order_depends_on_seed_only(mocked):
   task, _ = mocked
   args = (task.train.source_lengths, task.train.target_lengths)
   kwargs = dict(tokens_per_batch=96, max_length=16, boundaries=task.boundaries)
-  same = wmt.TokenBudgetBatches(*args, seed=3, **kwargs)
-  other = wmt.TokenBudgetBatches(*args, seed=4, **kwargs)
+  same = text.TokenBudgetBatches(*args, seed=3, **kwargs)
+  other = text.TokenBudgetBatches(*args, seed=4, **kwargs)
   steps = range(task.batches.batches_per_epoch)
   ours = [task.batches(s)[1].tolist() for s in steps]
   assert [same(s)[1].tolist() for s in reversed(steps)][::-1] == ours  # any access order
@@ -168,9 +168,9 @@ def test_make_task_reads_its_keys_from_a_run_config(mocked):
 def test_token_budget_batches_on_synthetic_lengths():
   rng = np.random.default_rng(0)
   src, tgt = rng.integers(1, 120, 5000), rng.integers(1, 120, 5000)
-  b = wmt.TokenBudgetBatches(src, tgt, tokens_per_batch=1000, max_length=100,
-                             boundaries=wmt.default_bucket_boundaries(100), batch_multiple=4)
+  b = text.TokenBudgetBatches(src, tgt, tokens_per_batch=1000, max_length=100,
+                             boundaries=text.default_bucket_boundaries(100), batch_multiple=4)
   assert all(B % 4 == 0 and B * L <= 1000 for B, L in b.shapes)
   assert b.num_kept + b.num_dropped == 5000
   with pytest.raises(ValueError, match="tokens_per_batch"):
-    wmt.TokenBudgetBatches(src, tgt, tokens_per_batch=99, max_length=100, boundaries=[50])
+    text.TokenBudgetBatches(src, tgt, tokens_per_batch=99, max_length=100, boundaries=[50])

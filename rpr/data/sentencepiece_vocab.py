@@ -1,4 +1,4 @@
-"""A SentencePiece vocabulary with the Task protocol's ids, trained once per workdir.
+"""A SentencePiece vocabulary with the Task protocol's ids, trained once and kept in one file.
 
 Ids follow ``rpr.data.task``: PAD=0, BOS=1, EOS=2, and UNK=3 after them. They
 are fixed in the trainer (``pad_id=0, bos_id=1, eos_id=2, unk_id=3``) rather

@@ -36,6 +36,7 @@ class Task(Protocol):
 
   vocab: Vocab
   is_text: bool  # evaluate BLEU (natural language) in addition to exact match; needs references(split)
+  is_lm: bool  # optional (default False): decoder-only windows, inputs [b, 0]; see rpr.data.lm
 
   def train_batch(self, step: int) -> dict[str, np.ndarray]:
     """The training batch of ``step`` (global, across all devices)."""

