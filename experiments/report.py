@@ -13,10 +13,14 @@ the sample standard deviation (ddof 1; "-" for a single run) and the min and
 max over its runs, and, with ``--paper tableN``, Shaw et al.'s number for the
 cell its config describes (experiments/paper.py).
 
-``--bound bag`` (arithmetic runs) adds the bag-of-characters bound of the
-runs' data set (:mod:`rpr.data.bounds`): a line on the plot and a paragraph
-under the table with its three forms (whole set, test-split oracle, fitted on
-train); it is cached in ``--out`` as ``bounds.json``.
+``--bound bag`` / ``--bound reversal`` (arithmetic runs) hold each group to
+the ceiling its scheme allows (:mod:`experiments.arithmetic`: ``bag`` for no
+position information, ``reversal`` for symmetric ALiBi): a column of the
+table, lines on the plot, checks that every run stays under it, and the
+bounds' three forms (whole set, fitted on train, test-split oracle), cached in
+``--out`` as ``bounds.json``. ``--target T`` checks that every run of every
+other group reaches T. ``--attention`` draws the encoder attention maps of
+"21+211" and "12+1" from the lowest-seed run of each group (its checkpoint).
 
 ``--x KEY`` orders the groups by a numeric config key and plots the metric
 against it (min-max whiskers, one dot per run). ``--by_length`` reads the
@@ -55,7 +59,11 @@ _PAPER = flags.DEFINE_enum("paper", None, list(paper.TABLES), "The paper's table
 _BY_LENGTH = flags.DEFINE_bool("by_length", False, "Exact match against input length (eval_by_length runs).")
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _TITLE = flags.DEFINE_string("title", None, "Plot title (default: the metric).")
-_BOUND = flags.DEFINE_enum("bound", None, ["bag"], "Arithmetic runs: show the bag-of-characters bound of their data set.")
+_BOUND = flags.DEFINE_multi_enum("bound", [], ["bag", "reversal"],
+                                 "Arithmetic runs: hold each group to the ceiling of what its scheme sees.")
+_TARGET = flags.DEFINE_float("target", None, "Check that every run of every unbounded group reaches this value.")
+_ALSO = flags.DEFINE_multi_string("also", [], "More metrics of the same runs: a column each (mean ± std [min, max]).")
+_ATTENTION = flags.DEFINE_bool("attention", False, "Arithmetic runs: encoder attention maps of the lowest-seed runs.")
 
 IGNORED_KEYS = ("seed",)  # keys that differ between the runs of one group
 SHORT_NAMES = {"position": "pe", "max_distance": "k", "use_keys": "aK", "use_values": "aV",
@@ -66,8 +74,9 @@ _BY_LENGTH_KEY = re.compile(r"^(?P<split>[^/]+)/exact_match_by_length/(?P<n>\d+)
 @dataclasses.dataclass
 class RunRecord:
   workdir: str
-  config: dict
+  config: dict  # flat by leaf name (flatten)
   records: list[dict]
+  raw_config: dict = dataclasses.field(default_factory=dict)  # as in config.json
 
   @property
   def seed(self) -> Any:
@@ -79,6 +88,15 @@ class RunRecord:
       if metric in r and isinstance(r[metric], (int, float)):
         return int(r["step"]), float(r[metric])
     return None
+
+  def train_seconds(self) -> Optional[float]:
+    """Training time from the logged step rates (no compilation, no evaluation); None without them."""
+    seconds, previous = 0.0, 0
+    for r in self.records:
+      if r.get("train/steps_per_sec"):
+        seconds += (r["step"] - previous) / r["train/steps_per_sec"]
+        previous = r["step"]
+    return seconds if previous else None
 
   def by_length(self) -> Optional[tuple[int, dict[int, float]]]:
     """(step, {length: exact match}) of the last record with per-length values, merged over splits."""
@@ -97,10 +115,10 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
     if not (os.path.isfile(config_path) and os.path.isfile(metrics_path)):
       continue
     with open(config_path, encoding="utf-8") as f:
-      config = flatten(json.load(f)["config"])
+      raw = json.load(f)["config"]
     with open(metrics_path, encoding="utf-8") as f:
       records = [json.loads(line) for line in f if line.strip()]
-    runs.append(RunRecord(workdir, config, records))
+    runs.append(RunRecord(workdir, flatten(raw), records, raw))
   return runs
 
 
@@ -200,9 +218,13 @@ def summarise(runs: Sequence[RunRecord], metric: str, x: Optional[str] = None,
   names = labels([c for c, _ in grouped])
   rows = []
   for (config, rs), name in zip(grouped, names):
+    rs = sorted(rs, key=lambda rv: _canonical(rv[0].seed))
+    seconds = [r.train_seconds() for r, _ in rs]
     rows.append({"variant": name, "x": config.get(x) if x else None, **spread([v for _, (_, v) in rs]),
                  "steps": _steps([s for _, (s, _) in rs]),
                  "paper": paper.lookup(paper_table, config) if paper_table else None,
+                 "train_minutes": (float(np.mean(seconds)) / 60 if all(t is not None for t in seconds) else None),
+                 "config": config,
                  "runs": [{"workdir": r.workdir, "seed": r.seed, "step": s, "value": v} for r, (s, v) in rs]})
   if x:
     if not all(_numeric(r["x"]) for r in rows):
@@ -211,22 +233,46 @@ def summarise(runs: Sequence[RunRecord], metric: str, x: Optional[str] = None,
   return rows
 
 
-def metric_table(rows: Sequence[dict], metric: str, paper_table: Optional[str]) -> str:
+def metric_table(rows: Sequence[dict], metric: str, paper_table: Optional[str],
+                 bound: Optional[dict[str, float]] = None) -> str:
+  """One row per group; with ``bound``, each group's ceiling (whole set / test-split oracle)."""
   digits = 4 if all(abs(r["max"]) <= 1 for r in rows) else 2
-  header = ["variant", "runs", "step", f"{metric} mean", "std", "min", "max"]
-  if paper_table:
-    header.append(f"paper ({paper_table}, BLEU)")
+  header = ["variant", "runs", "step", f"{metric} mean", "std", "min", "max", "per seed"]
+  header += ["ceiling (whole set / test oracle)"] if bound is not None else []
+  header += ["train min per run"] if all(r["train_minutes"] is not None for r in rows) else []
+  header += [f"paper ({paper_table}, BLEU)"] if paper_table else []
   body = []
   for r in rows:
     cells = [r["variant"], str(r["n"]), r["steps"]] + [_fmt(r[k], digits) for k in ("mean", "std", "min", "max")]
+    cells.append(", ".join(f"{run['value']:.{digits}f}" for run in r["runs"]))
+    if bound is not None:
+      view = r.get("view")
+      cells.append(f"{view}: {bound[view + '_all']:.4f} / {bound[view + '_test']:.4f}" if view else "sees the order")
+    if "train min per run" in header:
+      cells.append(f"{r['train_minutes']:.1f}")
     if paper_table:
       cells.append(_fmt(r["paper"], 1))
     body.append(cells)
   return _markdown(header, body)
 
 
+def also_table(runs: Sequence[RunRecord], rows: Sequence[dict], metrics: Sequence[str]) -> str:
+  """Per group (as in ``rows``), each metric's mean ± std [min, max] over the group's runs at their last value."""
+  by_workdir = {r.workdir: r for r in runs}
+  body = []
+  for r in rows:
+    cells = [r["variant"]]
+    for metric in metrics:
+      values = [v for v in (by_workdir[run["workdir"]].last(metric) for run in r["runs"]) if v is not None]
+      s = spread([v for _, v in values]) if values else None
+      cells.append("-" if s is None else f"{s['mean']:.4g} ± {_fmt(s['std'], 2) if s['n'] > 1 else '-'} "
+                                         f"[{s['min']:.4g}, {s['max']:.4g}]")
+    body.append(cells)
+  return _markdown(["variant", *metrics], body)
+
+
 def metric_plot(rows: Sequence[dict], metric: str, x: Optional[str], paper_table: Optional[str], path: str,
-                title: Optional[str] = None, bound: Optional[tuple[str, float]] = None) -> None:
+                title: Optional[str] = None, lines: Sequence[tuple[str, float]] = ()) -> None:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -246,8 +292,8 @@ def metric_plot(rows: Sequence[dict], metric: str, x: Optional[str], paper_table
   for p, r in zip(pos, rows):
     ax.plot([p] * len(r["runs"]), [run["value"] for run in r["runs"]], ".", color="k", alpha=0.5)
   ax.set_ylabel(metric)
-  if bound:
-    ax.axhline(bound[1], color="tab:gray", linestyle=":", label=bound[0])
+  for (label, value), style in zip(lines, (":", "--")):
+    ax.axhline(value, color="tab:gray", linestyle=style, label=label)
   if paper_table and any(r["paper"] is not None for r in rows):
     twin = ax.twinx()
     twin.plot([p for p, r in zip(pos, rows) if r["paper"] is not None],
@@ -338,42 +384,34 @@ def _write_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) 
                      for row in rows)
 
 
-def bag_bound(runs: Sequence[RunRecord], cache: Optional[str]) -> tuple[str, dict[str, float]]:
-  """The arithmetic data set all ``runs`` share, and its bag-of-characters bounds (``bag_{all,test,fitted}``)."""
-  from experiments import compare
-
+def data_set_of(runs: Sequence[RunRecord]) -> str:
+  """The one arithmetic data set (config name) all ``runs`` share."""
   names = {(r.config.get("dataset"), r.config.get("arithmetic_config")) for r in runs}
   if len(names) != 1 or next(iter(names))[0] != "arithmetic":
-    raise ValueError(f"--bound bag needs runs of one arithmetic data set, got (dataset, config) {sorted(names)}")
-  name = next(iter(names))[1]
-  return name, compare.cached_bounds(name, cache, ("bag",))
-
-
-BOUND_NOTE = """\
-Bag-of-characters bound of `{name}` (rpr.data.bounds): a model whose encoder \
-sees no position (Shaw with k = 0, or with neither a^K nor a^V) computes a \
-function of the multiset of input characters, so its exact match is at most \
-{all} over the whole data set (its expected accuracy on a uniformly held-out \
-split), {test} for the oracle that picks the best answer per multiset of the \
-test split itself; the most frequent train answer per multiset scores {fitted} \
-on test (not a ceiling: a model may generalise to multisets it never saw)."""
+    raise ValueError(f"--bound needs runs of one arithmetic data set, got (dataset, config) {sorted(names)}")
+  return next(iter(names))[1]
 
 
 def write_report(patterns: Sequence[str], out: str, metric: Optional[str] = None, x: Optional[str] = None,
                  paper_table: Optional[str] = None, by_length: bool = False, title: Optional[str] = None,
-                 command: Optional[str] = None, bound: Optional[str] = None) -> list[dict]:
+                 command: Optional[str] = None, bound: Sequence[str] = (), target: Optional[float] = None,
+                 attention: bool = False, also: Sequence[str] = ()) -> list[dict]:
   """Reads the runs, writes table.md, results.csv, runs.json and plot.png to ``out``; returns the rows."""
-  if bound not in (None, "bag"):
-    raise ValueError(f"bound={bound!r}; allowed: None, 'bag'")
+  from experiments import arithmetic
+
+  bound = (bound,) if isinstance(bound, str) else tuple(bound or ())
+  if set(bound) - set(arithmetic.VIEWS):
+    raise ValueError(f"bound={list(bound)!r}; allowed: {list(arithmetic.VIEWS)}")
   runs = load_runs(patterns)
   if not runs:
     raise ValueError(f"no workdir with config.json and metrics.jsonl matches {list(patterns)}")
   os.makedirs(out, exist_ok=True)
-  note, line = [], None
-  if bound == "bag":
-    name, b = bag_bound(runs, os.path.join(out, "bounds.json"))
-    note = [BOUND_NOTE.format(name=name, **{k: f"{b['bag_' + k]:.4f}" for k in ("all", "test", "fitted")}), ""]
-    line = (f"bag-of-characters bound, whole set ({b['bag_all']:.4f})", b["bag_all"])
+  note, lines, ceilings = [], [], None
+  if bound:
+    name = data_set_of(runs)
+    ceilings = arithmetic.bounds(name, os.path.join(out, "bounds.json"), bound)
+    note = [arithmetic.bounds_text(name, ceilings), ""]
+    lines = [(f"{v} bound, whole set ({ceilings[v + '_all']:.4f})", ceilings[v + "_all"]) for v in bound]
   if by_length:
     rows = summarise_by_length(runs)
     table = length_table(rows)
@@ -386,15 +424,26 @@ def write_report(patterns: Sequence[str], out: str, metric: Optional[str] = None
     if not metric:
       raise ValueError("--metric is required (or --by_length)")
     rows = summarise(runs, metric, x, paper_table)
-    table = metric_table(rows, metric, paper_table)
+    for r in rows:
+      r["view"] = arithmetic.blind_view(r["config"]) if bound else None
+      r["view"] = r["view"] if r["view"] in bound else None
+    table = metric_table(rows, metric, paper_table, ceilings)
+    if also:
+      table += "\n\n" + also_table(runs, rows, [metric, *also])
     _write_csv(os.path.join(out, "results.csv"),
                ["variant", "x", "runs", "steps", "mean", "std", "min", "max", "paper"],
                [[r["variant"], r["x"], r["n"], r["steps"], r["mean"], r["std"], r["min"], r["max"], r["paper"]]
                 for r in rows])
-    metric_plot(rows, metric, x, paper_table, os.path.join(out, "plot.png"), title, line)
+    metric_plot(rows, metric, x, paper_table, os.path.join(out, "plot.png"), title, lines)
     what = f"{metric} at each run's last evaluation; std over runs with ddof 1"
+    found = arithmetic.checks(rows, ceilings or {}, target)
+    if found:
+      note = ["Checks:", ""] + [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in found] + [""] + note
+    if attention:
+      note += arithmetic.attention_section(rows, {r.workdir: r.raw_config for r in runs}, out)
   with open(os.path.join(out, "runs.json"), "w", encoding="utf-8") as f:
-    json.dump([{"variant": r["variant"], "runs": r["runs"]} for r in rows], f, indent=1, sort_keys=True)
+    json.dump([{k: r[k] for k in ("variant", "runs", "view", "row_difference_12+1") if k in r} for r in rows], f,
+              indent=1, sort_keys=True)
   lines = []
   if command:
     lines += [f"Generated by `{command}`.", ""]
@@ -409,7 +458,8 @@ def main(argv):
     raise app.UsageError("name one or more workdir globs, e.g. 'workdirs/sweeps/table2_cpu/*/*'")
   command = "python -m experiments.report " + " ".join(shlex.quote(a) for a in sys.argv[1:])
   write_report(argv[1:], _OUT.value, _METRIC.value, _X.value, _PAPER.value, _BY_LENGTH.value, _TITLE.value,
-               command=command, bound=_BOUND.value)
+               command=command, bound=_BOUND.value, target=_TARGET.value, attention=_ATTENTION.value,
+               also=_ALSO.value)
   print(open(os.path.join(_OUT.value, "table.md"), encoding="utf-8").read())
 
 

@@ -27,6 +27,7 @@ resumes it.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pathlib
 import json
@@ -35,7 +36,7 @@ import os
 import shlex
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -114,38 +115,59 @@ def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) ->
   return " ".join(words)
 
 
-def run_sweep(sweep: sweeps.Sweep, root: str, runs: list[sweeps.Run], train_fn=None) -> dict[str, list[str]]:
-  """Trains every unfinished run in turn; ``{"done", "skipped", "failed", "stopped"}`` lists of workdirs.
+@dataclasses.dataclass(frozen=True)
+class Job:
+  """One training run: its config, its workdir and the command that reproduces it (for the log)."""
+  config: Any
+  workdir: str
+  command: str = ""
 
-  A run that a signal stopped (saved, resumable) ends the sweep: the runs after it are not started.
+
+def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
+  """The one runner: trains every unfinished job in turn; ``{"done", "skipped", "failed", "stopped"}`` workdirs.
+
+  Every config is validated before the first run starts, so a bad value
+  fails at once. A finished run (:func:`finished`) is skipped, a failing one
+  is logged and the rest go on, and a run that a signal stopped (saved,
+  resumable) ends the loop: the runs after it are not started.
   """
   if train_fn is None:
+    import jax
+
+    from rpr import run_config
     from rpr import train  # JAX: imported only when something trains
+
+    for job in jobs:
+      run_config.validate(job.config, num_devices=jax.device_count(), workdir=job.workdir)
     train_fn = train.train_and_evaluate
   outcome = {"done": [], "skipped": [], "failed": [], "stopped": []}
-  for i, run in enumerate(runs):
-    workdir = run.workdir(root, sweep.name)
-    config = load_config(run, root)
-    if finished(workdir, config):
-      logging.info("[%d/%d] %s: finished, skipped.", i + 1, len(runs), workdir)
-      outcome["skipped"].append(workdir)
+  for i, job in enumerate(jobs):
+    if finished(job.workdir, job.config):
+      logging.info("[%d/%d] %s: finished, skipped.", i + 1, len(jobs), job.workdir)
+      outcome["skipped"].append(job.workdir)
       continue
-    logging.info("[%d/%d] %s: %s", i + 1, len(runs), workdir, command(run, root, sweep.name))
+    logging.info("[%d/%d] %s: %s", i + 1, len(jobs), job.workdir, job.command)
     t0 = time.time()
     try:
-      result = train_fn(config, workdir) or {}
+      result = train_fn(job.config, job.workdir) or {}
     except Exception:  # pylint: disable=broad-except
-      logging.exception("%s failed; going on with the next run.", workdir)
-      outcome["failed"].append(workdir)
+      logging.exception("%s failed; going on with the next run.", job.workdir)
+      outcome["failed"].append(job.workdir)
       continue
     if result.get("stopped_by_signal"):
-      logging.warning("%s stopped by a signal (checkpoint saved); the sweep stops. Run the same command to "
-                      "resume.", workdir)
-      outcome["stopped"].append(workdir)
+      logging.warning("%s stopped by a signal (checkpoint saved); the runs stop. Run the same command to "
+                      "resume.", job.workdir)
+      outcome["stopped"].append(job.workdir)
       break
-    logging.info("%s: done in %.1f min.", workdir, (time.time() - t0) / 60)
-    outcome["done"].append(workdir)
+    logging.info("%s: done in %.1f min.", job.workdir, (time.time() - t0) / 60)
+    outcome["done"].append(job.workdir)
   return outcome
+
+
+def run_sweep(sweep: sweeps.Sweep, root: str, runs: list[sweeps.Run], train_fn=None) -> dict[str, list[str]]:
+  """:func:`train_all` over ``runs`` of ``sweep``, each in ``<root>/<sweep>/<run name>/seed<seed>``."""
+  return train_all([Job(load_config(r, root), r.workdir(root, sweep.name), command(r, root, sweep.name))
+                    for r in runs], train_fn)
 
 
 class _OrbaxInfoFilter(pylogging.Filter):
@@ -201,7 +223,7 @@ def run_workers(n: int, args) -> int:
   env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD).strip())
   if sweeps.get(args[0]).runs and any(r.config == "configs/arithmetic.py" for r in sweeps.get(args[0]).runs):
     _prepare_arithmetic(sweeps.get(args[0]), _ROOT.value)  # generate the data once, before the workers race to
-  argv = [a for a in sys.argv[1:] if not a.startswith("--workers")]
+  argv = _without_flag(sys.argv[1:], "workers")
   procs = [subprocess.Popen([sys.executable, "-m", "experiments.sweep", *argv, f"--worker={i}/{n}"],
                             cwd=str(sweeps.ROOT), env=env) for i in range(n)]
   forward = lambda signum, frame: [p.send_signal(signum) for p in procs]
@@ -213,6 +235,19 @@ def run_workers(n: int, args) -> int:
       signal.signal(s, handler)
   logging.info("Workers ended with %s. Report: %s", codes, report_command(sweeps.get(args[0]), _ROOT.value))
   return STOPPED if STOPPED in codes else max(codes)
+
+
+def _without_flag(argv: list[str], name: str) -> list[str]:
+  """``argv`` without ``--name=V``, ``--name V`` (or ``-name``)."""
+  out, skip = [], False
+  for a in argv:
+    if skip:
+      skip = False
+    elif a.lstrip("-") == name and a.startswith("-"):
+      skip = True  # the value is the next word
+    elif not (a.startswith("-") and a.lstrip("-").split("=", 1)[0] == name):
+      out.append(a)
+  return out
 
 
 def _prepare_arithmetic(sweep: sweeps.Sweep, root: str) -> None:

@@ -142,11 +142,14 @@ register(Sweep(
     _seeded([Run(s, "configs/length.py", f"tiny,pe={s}") for s in ("shaw", "sinusoidal")], seeds=(0, 1)),
     report=("--by_length",)))
 
+# The report holds position-blind groups to their ceilings and the others to 99%, with attention maps.
+ARITHMETIC_REPORT = ("--metric", "test/exact_match", "--bound", "bag", "--bound", "reversal", "--target", "0.99",
+                     "--attention")
 # Seed 002's comparison: every registered scheme, 3 seeds, on the quick set n300 and on the seed's own full set.
 register(Sweep(
     "arithmetic", "Arithmetic n300 (seed 002): every position scheme, 7,000 steps, 3 seeds",
     _seeded([Run(s, "configs/arithmetic.py", f"pe={s}") for s in positions.SCHEMES], seed_major=True),
-    report=("--metric", "test/exact_match", "--bound", "bag")))
+    report=ARITHMETIC_REPORT))
 # The full set: 2,000,000 examples, 20,000 steps of 128 (1.3 epochs); every scheme that sees direction
 # reached >= 99.98% on seed 0 (t5 and rope had been under 99% at 5,000 steps).
 FULL_STEPS = 20_000
@@ -155,4 +158,35 @@ register(Sweep(
     _seeded([Run(s, "configs/arithmetic.py", f"pe={s},config=n1000_addsub",
                  (("num_train_steps", FULL_STEPS), ("eval_every_steps", 5000))) for s in positions.SCHEMES],
             seed_major=True),
-    report=("--metric", "test/exact_match", "--bound", "bag")))
+    report=ARITHMETIC_REPORT))
+
+# Real text: language modelling on the State of the Union addresses (configs/lm.py), where the context (256
+# tokens) is far longer than k, and translation of Bible verses (configs/translation.py). Seed-major, so a
+# partial sweep already covers every cell once.
+LM_K = (0, 1, 2, 4, 8, 16, 64, 256)
+register(Sweep(
+    "lm_clipping", "Shaw's clipping distance on real text: LM perplexity for k in 0 1 2 4 8 16 64 256, 3 seeds",
+    _seeded([Run(f"k={k}", "configs/lm.py", f"pe=shaw,k={k}") for k in LM_K], seed_major=True),
+    report=("--metric", "test/perplexity", "--x", "max_distance")))
+register(Sweep(
+    "lm_length", "Train short, test long: every position scheme's LM perplexity at 1x, 2x, 4x, 8x its context",
+    _seeded([Run(s, "configs/lm.py", f"pe={s}") for s in positions.SCHEMES], seed_major=True),
+    report=("--metric", "test/perplexity", "--also", "test_x2/perplexity", "--also", "test_x4/perplexity",
+            "--also", "test_x8/perplexity")))
+TRANSLATION_REPORT = ("--metric", "test/bleu", "--also", "test/chrf")
+register(Sweep(
+    "translation_table1", "Table 1 on Bible FR-EN: Shaw vs sinusoidal, with T5, RoPE and ALiBi beside them",
+    _seeded([Run(s, "configs/translation.py", f"pe={s}")
+             for s in ("sinusoidal", "shaw", "t5", "rope", "alibi_directional")], seed_major=True),
+    report=TRANSLATION_REPORT + ("--paper", "table1")))
+register(Sweep(
+    "translation_table2", "Table 2 on Bible FR-EN: k in 0 1 2 4 8 16 64, relative positions only",
+    _seeded([Run(f"k={k}", "configs/translation.py", f"pe=shaw,k={k}") for k in (0, 1, 2, 4, 8, 16, 64)],
+            seed_major=True),
+    report=TRANSLATION_REPORT + ("--x", "max_distance", "--paper", "table2")))
+register(Sweep(
+    "translation_table3", "Table 3 on Bible FR-EN: a^V and a^K on/off (k = 16)",
+    _seeded([Run(f"av={_bool(av)},ak={_bool(ak)}", "configs/translation.py", "pe=shaw,k=16",
+                 (("model.position_options.use_values", av), ("model.position_options.use_keys", ak)))
+             for av, ak in ((True, True), (False, True), (True, False), (False, False))], seed_major=True),
+    report=TRANSLATION_REPORT + ("--paper", "table3")))

@@ -77,10 +77,12 @@ def _log_probs(logits: Array, rows: int, bos_id: int) -> Array:
   return lp.at[:, PAD].set(NEG_INF).at[:, bos_id].set(NEG_INF)
 
 
-def _check(batch_size: int, max_decode_len: int) -> None:
-  for name, v in (("batch_size", batch_size), ("max_decode_len", max_decode_len)):
+def _check(batch_size: int, max_decode_len: int, beam_size: int = 1, alpha: float = 0.0) -> None:
+  for name, v in (("batch_size", batch_size), ("max_decode_len", max_decode_len), ("beam_size", beam_size)):
     if not isinstance(v, int) or v < 1:
       raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+  if alpha < 0:
+    raise ValueError(f"alpha (length penalty exponent) must be >= 0, got {alpha}")
 
 
 def greedy_search(tokens_to_logits: TokensToLogits, cache, batch_size: int, max_decode_len: int, *,
@@ -153,11 +155,7 @@ def beam_search(tokens_to_logits: TokensToLogits, cache, batch_size: int, max_de
     ``return_all``, best first; a slot no finished hypothesis reached scores
     ``NEG_INF``); sequences end in EOS and are PAD-padded.
   """
-  _check(batch_size, max_decode_len)
-  if not isinstance(beam_size, int) or beam_size < 1:
-    raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-  if alpha < 0:
-    raise ValueError(f"alpha (length penalty exponent) must be >= 0, got {alpha}")
+  _check(batch_size, max_decode_len, beam_size, alpha)
   b, k, n = batch_size, beam_size, max_decode_len
   take = lambda x, idx: jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1)
 
@@ -198,10 +196,8 @@ def beam_search(tokens_to_logits: TokensToLogits, cache, batch_size: int, max_de
            jnp.full((b, k), bos_id, jnp.int32), tile_beams(cache, k),
            jnp.zeros((b, k, n), jnp.int32), jnp.full((b, k), NEG_INF, jnp.float32), jnp.zeros((b, k), bool))
   _, alive_seqs, alive_logp, _, _, fin_seqs, fin_scores, fin_flags = jax.lax.while_loop(cond, body, state)
-
+  # An example with no finished hypothesis returns its alive ones, scored at the full length.
   none_finished = ~jnp.any(fin_flags, axis=1)
   seqs = jnp.where(none_finished[:, None, None], alive_seqs, fin_seqs)
   scores = jnp.where(none_finished[:, None], alive_logp / length_penalty(n, alpha), fin_scores)
-  if return_all:
-    return seqs, scores
-  return seqs[:, 0], scores[:, 0]
+  return (seqs, scores) if return_all else (seqs[:, 0], scores[:, 0])

@@ -122,3 +122,12 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
   if len(hypotheses) != len(references):
     raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
   return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score)
+
+
+def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+  """Corpus chrF (sacrebleu's default: character 6-grams, beta 2), 0-100, one reference per hypothesis."""
+  import sacrebleu
+
+  if len(hypotheses) != len(references):
+    raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+  return float(sacrebleu.corpus_chrf(list(hypotheses), [list(references)]).score)

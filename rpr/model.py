@@ -1,4 +1,4 @@
-"""Encoder-decoder Transformer with a position scheme chosen by name.
+"""Encoder-decoder Transformer, and its decoder-only language model, with a position scheme chosen by name.
 
 One frozen :class:`ModelConfig` describes the model; the train, eval and
 decode variants are derived from it::
@@ -7,7 +7,9 @@ decode variants are derived from it::
   eval_config = config.replace(deterministic=True)
   decode_config = config.replace(decode=True, deterministic=True)
 
-:class:`Transformer` has ``encode``, ``decode`` and ``__call__``. Shaw et al.
+:class:`Transformer` has ``encode``, ``decode`` and ``__call__``; :class:`LanguageModel`
+(``num_encoder_layers = 0``) has the same three over an empty input, and
+:func:`build` picks the one a config describes. Shaw et al.
 (2018) replace self-attention with relation-aware self-attention in encoder
 and decoder and keep the encoder-decoder attention plain (``cross_position``
 ``"none"``). In decode mode the decoder runs one token per call; its
@@ -133,17 +135,18 @@ class ModelConfig:
       need(isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v < 1.0, key, "a rate in [0, 1)")
     for key in ("pre_layer_norm", "share_embeddings", "deterministic", "decode"):
       need(isinstance(getattr(self, key), bool), key, "True or False")
-    need(self.position in positions.SCHEMES, "position", sorted(positions.SCHEMES))
+    need(isinstance(self.position, str) and self.position in positions.SCHEMES, "position", sorted(positions.SCHEMES))
     cross = cross_schemes()
-    need(self.cross_position in cross, "cross_position",
+    need(isinstance(self.cross_position, str) and self.cross_position in cross, "cross_position",
          f"{cross} (absolute schemes act at the embeddings, not in encoder-decoder attention)")
     need(self.dtype in DTYPES, "dtype", list(DTYPES))
     need(self.attention_implementation in ("dense", "chunked"), "attention_implementation", ["chunked", "dense"])
     try:
       positions.check_options(self.position_options)
-      for scheme in {self.position, self.cross_position}:
-        positions.make(scheme, self.num_heads, self.head_dim, max_length=self.max_length,
-                       options=self.position_options)
+      for scheme in positions.SCHEMES:  # every option's range, whether the model uses its scheme or not
+        used = scheme in (self.position, self.cross_position)
+        shape = (self.num_heads, self.head_dim) if used else (1, 2)  # unused: any shape it takes
+        positions.make(scheme, *shape, max_length=self.max_length, options=self.position_options)
     except (TypeError, ValueError) as e:
       raise ValueError(f"model.position_options: {e}") from None
     return self
@@ -326,6 +329,46 @@ class Transformer(nn.Module):
     return self.decode(self.encode(inputs), inputs, shift_right(targets))
 
 
+class LanguageModel(nn.Module):
+  """Decoder-only causal Transformer (``num_encoder_layers = 0``): :class:`Decoder` without cross-attention.
+
+  The same interface as :class:`Transformer`, so the engine, the decode
+  cache and :mod:`rpr.predict` take either: ``inputs`` must be empty
+  (``[batch, 0]``, a language-model data set) and ``encode`` returns None.
+  Every self-attention layer is causal; a trained model scores text longer
+  than it was trained on wherever its scheme allows (learned tables stop
+  at ``max_length``).
+  """
+
+  config: ModelConfig
+
+  def setup(self):
+    c = self.config.validate()
+    if c.num_encoder_layers:
+      raise ValueError(f"LanguageModel needs model.num_encoder_layers = 0, got {c.num_encoder_layers}")
+    self.embedding = _embedding(c)
+    self.decoder = Decoder(c, self.embedding)
+
+  def encode(self, inputs: Array) -> None:
+    if inputs.shape[1]:
+      raise ValueError(f"a decoder-only model takes no inputs, got inputs of length {inputs.shape[1]}")
+    return None
+
+  def decode(self, encoded, inputs: Array, decoder_inputs: Array) -> Array:
+    """Logits ``[batch, L, vocab]`` (float32) of the next tokens after ``decoder_inputs`` (BOS first)."""
+    del encoded, inputs
+    return self.decoder(decoder_inputs)
+
+  def __call__(self, inputs: Array, targets: Array) -> Array:
+    """Teacher-forced logits ``[batch, L, vocab]``: token t is predicted from BOS and ``targets[:t]``."""
+    return self.decode(self.encode(inputs), inputs, shift_right(targets))
+
+
+def build(config: ModelConfig) -> nn.Module:
+  """The model ``config`` describes: :class:`LanguageModel` without encoder layers, else :class:`Transformer`."""
+  return LanguageModel(config) if config.num_encoder_layers == 0 else Transformer(config)
+
+
 def init_cache(config: ModelConfig, batch_size: int, max_decode_len: int, input_length: int = 1):
   """An empty decode cache for ``batch_size`` rows and up to ``max_decode_len`` steps.
 
@@ -334,8 +377,8 @@ def init_cache(config: ModelConfig, batch_size: int, max_decode_len: int, input_
   """
   if max_decode_len > config.max_length:
     raise ValueError(f"max_decode_len {max_decode_len} exceeds ModelConfig.max_length {config.max_length}")
-  model = Transformer(config.replace(decode=True, deterministic=True))
-  inputs = jnp.ones((batch_size, input_length), jnp.int32)
+  model = build(config.replace(decode=True, deterministic=True))
+  inputs = jnp.ones((batch_size, 0 if config.num_encoder_layers == 0 else input_length), jnp.int32)
   targets = jnp.ones((batch_size, max_decode_len), jnp.int32)
   shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), inputs, targets))
   # Only the shapes come from init (no parameter is computed); the cache starts at zeros.

@@ -1,4 +1,4 @@
-"""Decoding with a trained Transformer: glue between the model's decode cache and :mod:`rpr.decode`.
+"""Decoding with a trained model (:func:`rpr.model.build`): glue between the model's decode cache and :mod:`rpr.decode`.
 
 ``predict(params, inputs, ...)`` encodes ``inputs [batch, L_in]`` once,
 then runs greedy or beam search one decoder token per step against the
@@ -15,7 +15,7 @@ import jax
 from jax.sharding import NamedSharding
 
 from rpr import decode
-from rpr.model import ModelConfig, Transformer, init_cache
+from rpr.model import ModelConfig, build, init_cache
 
 Array = jax.Array
 
@@ -23,8 +23,8 @@ Array = jax.Array
 def predict(params, inputs: Array, *, model_config: ModelConfig, max_decode_len: int, method: str = "greedy",
             beam_size: int = 4, alpha: float = 0.6) -> Array:
   """Decoded ids ``[batch, max_decode_len]`` for ``inputs [batch, L_in]`` (``method``: greedy or beam)."""
-  model = Transformer(model_config.replace(decode=True, deterministic=True))
-  encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
+  model = build(model_config.replace(decode=True, deterministic=True))
+  encoded = model.apply({"params": params}, inputs, method=type(model).encode)
   batch_size = inputs.shape[0]
   cache = init_cache(model_config, batch_size, max_decode_len, inputs.shape[1])
   if method == "beam":
@@ -32,7 +32,7 @@ def predict(params, inputs: Array, *, model_config: ModelConfig, max_decode_len:
 
   def tokens_to_logits(ids, cache):
     logits, variables = model.apply({"params": params, "cache": cache}, encoded, inputs, ids,
-                                    method=Transformer.decode, mutable=["cache"])
+                                    method=type(model).decode, mutable=["cache"])
     return logits[:, -1], variables["cache"]
 
   if method == "greedy":

@@ -1,34 +1,67 @@
 """The run config: every check in one place, and the model config it describes.
 
-``validate(config, num_devices)`` runs before any data or model is built; a
-bad value fails with a ``ValueError`` naming the config key and what is
-allowed. ``model_config(config, vocab_size)`` is
-``ModelConfig(**config.model, vocab_size=vocab_size)``, validated: the
-``model`` sub-dict holds the model's fields by name.
+``validate(config, num_devices, workdir)`` runs before any data or model is
+built and before anything is written; a bad value fails with a
+:class:`ConfigError` naming the config key and what is allowed, and so does
+resuming a workdir (one with ``config.json`` and a checkpoint) with a config
+that differs in a key outside :data:`RESUME_SAFE_KEYS` and the keys the run
+explicitly allows (``run.py --allow_config_change=...``).
+``model_config(config, vocab_size)`` is ``ModelConfig(**config.model,
+vocab_size=vocab_size)``, validated: the ``model`` sub-dict holds the
+model's fields by name.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import os
+from typing import Mapping
+
+import jax
+import ml_collections
+from absl import logging
 
 from rpr import data
 from rpr import model as model_lib
 from rpr import optim
+from rpr.attention import positions
+from rpr.data import synthetic
 
 DECODE_METHODS = ("greedy", "beam")
+# Keys a resumed run may change: how far it trains, how often it logs, evaluates and saves, and how it
+# evaluates. The updates stay those of a straight run, except num_train_steps under the cosine schedule,
+# which decays to 0 at num_train_steps (so it is safe only for the other schedules).
+RESUME_SAFE_KEYS = ("num_train_steps", "eval_every_steps", "log_every_steps", "checkpoint_every_steps",
+                    "keep_checkpoints", "eval_splits", "eval_batch_size", "max_eval_batches", "num_eval_examples",
+                    "eval_by_length", "decode_method", "decode_extra_length", "beam_size", "beam_alpha")
+# The top-level keys the engine reads (configs/base.py's, but for copy/reverse's); a data set reads its own too
+# (rpr.data.register(keys=...)), and a config key that neither reads is refused.
+ENGINE_KEYS = ("dataset", "seed", "batch_size", "eval_batch_size", "eval_splits", "max_eval_batches", "eval_by_length",
+               "model", "optimizer", "learning_rate", "schedule", "warmup_steps", "adam_b1", "adam_b2", "adam_eps",
+               "weight_decay", "grad_clip_norm", "label_smoothing", "num_train_steps", "eval_every_steps",
+               "decode_method", "decode_extra_length", "beam_size", "beam_alpha", "log_every_steps",
+               "checkpoint_every_steps", "keep_checkpoints")
 
 
 class ConfigError(ValueError):
   """A user error in the run config or its workdir: the message names the bad thing and what is allowed."""
+
+
 # ModelConfig fields the engine sets itself, not the run config.
 ENGINE_FIELDS = ("vocab_size", "deterministic", "decode")
+_DICTS = (Mapping, ml_collections.ConfigDict)
 
 
 def model_config(config, vocab_size: int) -> model_lib.ModelConfig:
   """``ModelConfig(**config.model, vocab_size=vocab_size)``, validated (errors name ``config.model.<key>``)."""
+  if not isinstance(config.model, _DICTS):
+    _fail("model", config.model, "a dict of rpr.model.ModelConfig's fields (configs/base.py)")
   values = config.model.to_dict() if hasattr(config.model, "to_dict") else dict(config.model)
+  options = values.get("position_options", {})
+  if not isinstance(options, _DICTS):
+    _fail("model.position_options", options, f"a dict of scheme options, keys from {sorted(positions.options())}")
   fields = [f for f in model_lib.ModelConfig.__dataclass_fields__ if f not in ENGINE_FIELDS]
   unknown = sorted(set(values) - set(fields))
   if unknown:
@@ -43,36 +76,50 @@ def _fail(key: str, value, allowed) -> None:
   raise ValueError(f"config.{key} = {value!r} is not allowed; allowed: {allowed}")
 
 
-def _int(config, key: str, minimum: int, optional: bool = False) -> None:
+def _int(config, key: str, minimum: int, optional: bool = False, why: str = "") -> None:
   v = config.get(key)
   if optional and v is None:
     return
   if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
-    _fail(key, v, f"an int >= {minimum}" + (" or None" if optional else ""))
+    _fail(key, v, f"an int >= {minimum}{why}" + (" or None" if optional else ""))
 
 
-def _real(config, key: str, lo: float, hi: float = math.inf, lo_open: bool = False, optional: bool = False) -> None:
+def _float(v) -> float:
+  try:
+    return float(v)
+  except OverflowError:  # an int beyond the floats: 10**400
+    return math.inf if v > 0 else -math.inf
+
+
+def _real(config, key: str, lo: float, hi: float = math.inf, lo_open: bool = False, optional: bool = False,
+          finite: bool = True) -> None:
   v = config.get(key)
   if optional and v is None:
     return
-  ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and not math.isnan(v)
-  ok = ok and (v > lo if lo_open else v >= lo) and v <= hi
+  ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and not math.isnan(f := _float(v))
+  ok = ok and (f > lo if lo_open else f >= lo) and f <= hi and (math.isfinite(f) or not finite)
   if not ok:
-    _fail(key, v, f"a number {'>' if lo_open else '>='} {lo}" + (f" and <= {hi}" if hi < math.inf else "")
-          + (" or None" if optional else ""))
+    bound = f" and <= {hi}" if hi < math.inf else " and finite" if finite else ""
+    _fail(key, v, f"a number {'>' if lo_open else '>='} {lo}{bound}" + (" or None" if optional else ""))
 
 
 def _choice(config, key: str, allowed) -> None:
-  if config.get(key) not in allowed:
+  if not isinstance(config.get(key), str) or config.get(key) not in allowed:
     _fail(key, config.get(key), list(allowed))
 
 
-def validate(config, num_devices: int, workdir: str | None = None) -> None:
-  """Raises :class:`ConfigError` naming the first bad key of ``config`` (or the workdir) and what it allows."""
+def validate(config, num_devices: int, workdir: str | None = None, allow_changes=(), quiet: bool = False) -> None:
+  """Raises :class:`ConfigError` naming the first bad key of ``config`` (or the workdir) and what it allows.
+
+  With ``workdir``, also refuses to resume it with a changed config (see :func:`check_resume`; ``quiet``: without
+  logging the changes it allows, nor starting JAX's runtime to compare the environment).
+  """
   if workdir is not None and os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f"--workdir {workdir!r} is a file; allowed: a directory (created if missing)")
   try:
     _validate(config, num_devices)
+    if workdir is not None:
+      check_resume(config, workdir, allow_changes, quiet)
   except ConfigError:
     raise
   except (ValueError, TypeError, KeyError, AttributeError) as e:
@@ -83,8 +130,17 @@ def validate(config, num_devices: int, workdir: str | None = None) -> None:
 
 
 def _validate(config, num_devices: int) -> None:
+  allowed = set(ENGINE_KEYS).union(*(e.keys for e in data.REGISTRY.values()))
+  unknown = sorted(set(config.keys()) - allowed)
+  if unknown:
+    raise ValueError(f"unknown config key(s) {', '.join('config.' + k for k in unknown)}; allowed: the engine's "
+                     f"(configs/base.py) and those a data set reads (rpr.data.register(keys=...)): {sorted(allowed)}")
+
   # Data.
-  entry = data.entry(config.get("dataset"))
+  dataset = config.get("dataset")
+  if not isinstance(dataset, (str, type(None))):
+    raise ValueError(f"config.dataset: unknown data set {dataset!r}; allowed: {data.names()}")
+  entry = data.entry(dataset)
   for key in ("batch_size", "eval_batch_size"):
     # Token-budget data sets (wmt14) size their training batches themselves.
     _int(config, key, 1, optional=key == "batch_size" and entry.batch_by_tokens)
@@ -98,11 +154,23 @@ def _validate(config, num_devices: int) -> None:
     for s in splits:
       if s not in entry.splits:
         _fail("eval_splits", tuple(splits), f"names from {list(entry.splits)} (data set {config.dataset!r})")
+  synthetic_data = config.dataset in synthetic.KINDS
+  if synthetic_data:
+    _int(config, "min_length", 1)
+    _int(config, "max_length", config.min_length, why=" (min_length)")
+    if "long" in splits:  # strings of max_length + 1 .. long_max_length
+      _int(config, "long_max_length", config.max_length + 1, why=" (max_length + 1: the long split is longer)")
+    _int(config, "num_eval_examples", 1)
   _int(config, "seed", 0)
   _int(config, "max_eval_batches", 1, optional=True)
 
   # Model: any vocabulary will do, the task is not built yet.
   model_config(config, vocab_size=3)
+  if synthetic_data:  # decoding stops at model.max_length: the longest target must fit, EOS included
+    key = "long_max_length" if "long" in splits else "max_length"
+    if config.model.max_length < config[key] + 1:
+      _fail("model.max_length", config.model.max_length,
+            f"an int >= {config[key] + 1} (the longest target: {key} {config[key]} + EOS)")
 
   # Optimisation.
   _choice(config, "optimizer", optim.OPTIMIZERS)
@@ -111,9 +179,9 @@ def _validate(config, num_devices: int) -> None:
   _int(config, "warmup_steps", 1)
   _real(config, "adam_b1", 0.0, 1.0)
   _real(config, "adam_b2", 0.0, 1.0)
-  _real(config, "adam_eps", 0.0)
+  _real(config, "adam_eps", 0.0, lo_open=True)
   _real(config, "weight_decay", 0.0)
-  _real(config, "grad_clip_norm", 0.0, lo_open=True, optional=True)
+  _real(config, "grad_clip_norm", 0.0, lo_open=True, optional=True, finite=False)  # inf: no clipping
   _real(config, "label_smoothing", 0.0, 1.0)
   if config.label_smoothing == 1.0:
     _fail("label_smoothing", 1.0, "a number in [0, 1)")
@@ -126,5 +194,65 @@ def _validate(config, num_devices: int) -> None:
   _real(config, "beam_alpha", 0.0)
   for key in ("eval_every_steps", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints"):
     _int(config, key, 1)
-  if config.get("eval_by_length") not in (None, True, False):
-    _fail("eval_by_length", config.get("eval_by_length"), "True, False or None")
+  if not isinstance(config.get("eval_by_length", False), bool):
+    _fail("eval_by_length", config.get("eval_by_length"), "True or False")
+
+
+def environment() -> dict:
+  """What ``config.json`` records of the machine beside the config; a resumed run may differ in it (logged)."""
+  # XLA's CPU threading changes reduction orders, so a result reproduces bit for bit only with the same flags.
+  return {"num_devices": jax.device_count(), "num_processes": jax.process_count(),
+          "xla_flags": os.environ.get("XLA_FLAGS", ""), "jax_version": jax.__version__}
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in tree.items():
+    out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+  return out
+
+
+def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False) -> None:
+  """Refuses to resume ``workdir`` with a config that differs from its ``config.json`` in an unsafe key.
+
+  A workdir is resumed when it holds ``config.json`` and a checkpoint step
+  directory. Keys of :data:`RESUME_SAFE_KEYS` and of ``allow_changes``
+  (dotted for the model's: ``model.dropout_rate``) may change; any other
+  change fails with one line naming each key, its old and its new value.
+  A change of the recorded environment (:func:`environment`) is logged. ``quiet``: nothing is logged.
+  """
+  path, checkpoints = os.path.join(workdir, "config.json"), os.path.join(workdir, "checkpoints")
+  resumed = os.path.isfile(path) and os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))
+  new, old, record = _flat(json.loads(config.to_json_best_effort())), {}, {}
+  if resumed:
+    try:
+      with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+      old = _flat(record["config"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      raise ConfigError(f"{path} does not read as a run record ({type(e).__name__}: {e}); allowed: the config.json "
+                        "of the run that wrote the checkpoints") from None
+  unknown = sorted(set(allow_changes) - new.keys() - old.keys())
+  if unknown:
+    raise ConfigError(f"--allow_config_change: unknown config key(s) {unknown}; allowed: keys of --print_config, "
+                      "dotted below model (model.dropout_rate)")
+  if not resumed:
+    return
+  safe = set(RESUME_SAFE_KEYS) - ({"num_train_steps"} if config.get("schedule") == "cosine" else set())
+  changed = sorted(k for k in old.keys() | new.keys() if k not in old or k not in new or old[k] != new[k])
+  show = lambda d, k: repr(d[k]) if k in d else "(absent)"
+  refused = [k for k in changed if k not in safe | set(allow_changes)]
+  if refused:
+    raise ConfigError(f"the config differs from {path}, which the checkpoints were trained with: "
+                      + ", ".join(f"{k} {show(old, k)} -> {show(new, k)}" for k in refused)
+                      + f"; resume with the same config, pass --allow_config_change={','.join(refused)}, or use a "
+                      "new --workdir (safe to change: rpr.run_config.RESUME_SAFE_KEYS)")
+  if quiet:
+    return
+  for k in changed:
+    log = logging.info if k in safe else logging.warning
+    log("Resuming %s with config.%s changed: %s -> %s.", workdir, k, show(old, k), show(new, k))
+  for k, v in environment().items():
+    if k in record and record[k] != v:
+      logging.warning("Resuming %s with %s %r, recorded %r: the run goes on, but may not repeat a straight run bit "
+                      "for bit.", workdir, k, v, record[k])

@@ -11,16 +11,18 @@ breaks each invariance).
 import importlib.util
 import itertools
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import arithmetic as experiment
 from experiments import attention_maps
-from experiments import compare
+from experiments import report
 from rpr import data
 from rpr import model as model_lib
 from rpr.attention import positions
@@ -89,7 +91,7 @@ def _untrained_params(config):
 @pytest.mark.parametrize("scheme, zero", [("none", True), ("sinusoidal", False), ("shaw", False),
                                           ("alibi", False)])
 def test_attention_rows_of_the_two_ones_are_equal_exactly_when_there_is_no_position(scheme, zero):
-  config = compare.with_scheme(arithmetic_config(), scheme)
+  config = arithmetic_config(f"pe={scheme}")
   config.model.d_model, config.model.d_ff = 32, 64
   weights = attention_maps.encoder_attention(config, _untrained_params(config), "12+1")
   assert weights.shape == (config.model.num_encoder_layers, config.model.num_heads, 4, 4)
@@ -112,58 +114,57 @@ def test_config_variants_and_registration():
     with pytest.raises(ValueError, match=match):
       arithmetic_config(bad)
   assert data.entry("arithmetic").splits == ("test",)
-  assert compare.with_scheme(c, "shaw").model.position == "shaw"
 
 
-def _fake_runs():
-  em = {"none": [0.004, 0.006, 0.005], "sinusoidal": [0.995, 0.993, 0.991], "alibi": [0.3, 0.35, 0.32]}
-  return [{"scheme": s, "seed": k, "seconds": 100.0 + k,
-           "metrics": {"test/exact_match": v[k], "test/accuracy": 0.5, "step": 10.0}}
-          for k in range(3) for s, v in em.items()]
+def _fake_workdir(root, name, seed, position, value, **options):
+  """A finished run's records as the engine writes them: config.json and metrics.jsonl."""
+  workdir = root / name / f"seed{seed}"
+  workdir.mkdir(parents=True)
+  config = {"dataset": "arithmetic", "arithmetic_config": "n10_addsub", "seed": seed,
+            "model": {"position": position, "position_options": {"max_distance": 16, **options}}}
+  (workdir / "config.json").write_text(json.dumps({"config": config}))
+  records = [{"step": 10, "train/steps_per_sec": 2.0}, {"step": 10, "test/exact_match": value}]
+  (workdir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+  return workdir
 
 
-def test_report_writes_markdown_and_json(tmp_path):
-  config = arithmetic_config()
-  bounds = {"bag_all": 0.043, "bag_test": 0.63, "bag_fitted": 0.0085, "reversal_all": 0.61,
-            "reversal_test": 0.998, "reversal_fitted": 0.03}
-  diffs = {"none": {"row_difference_12+1": 0.0, "figure": "attention_none.png"},
-           "sinusoidal": {"row_difference_12+1": 0.2, "figure": "attention_sinusoidal.png"}}
-  md, js = experiment.write_report(str(tmp_path), command="python -m experiments.arithmetic --seeds=3",
-                                   config=config, runs=_fake_runs(), bounds=bounds, attention_diffs=diffs,
-                                   timings={"training": 900.0, "total": 960.0}, workers=2)
-  text = pathlib.Path(md).read_text()
-  assert "python -m experiments.arithmetic --seeds=3" in text
-  assert "| sinusoidal | order | 99.30% ± 0.20% | 99.10% - 99.50% |" in text
-  assert "bag: 4.30% / 63.00%" in text and "reversal: 61.00% / 99.80%" in text
-  assert "| none | 0 |" in text and "permutation-equivariant" in text
-  record = json.loads(pathlib.Path(js).read_text())
-  assert record["summary"]["none"]["exact_match_max"] == 0.006
-  assert record["checks"] == {"none: every seed <= bag bound (all) 4.30%": True,
-                              "none: every seed <= bag bound (test) 63.00%": True,
-                              "sinusoidal: every seed >= 99.00%": True,
-                              "alibi: every seed <= reversal bound (all) 61.00%": True,
-                              "alibi: every seed <= reversal bound (test) 99.80%": True}
-  assert len(record["runs"]) == 9
+def test_report_holds_each_group_to_its_ceiling(tmp_path):
+  values = {("none", "none", ()): [0.2, 0.1], ("sinusoidal", "sinusoidal", ()): [0.995, 0.9],
+            ("alibi", "alibi", ()): [0.3, 0.35], ("k=0", "shaw", (("max_distance", 0),)): [0.1, 0.12]}
+  for (name, position, options), v in values.items():
+    for seed, value in enumerate(v):
+      _fake_workdir(tmp_path / "runs", name, seed, position, value, **dict(options))
+  out = tmp_path / "report"
+  rows = report.write_report([str(tmp_path / "runs" / "*" / "*")], str(out), metric="test/exact_match",
+                             bound=("bag", "reversal"), target=0.99)
+  bound = arithmetic.config_by_name("n10_addsub")
+  ceilings = json.loads((out / "bounds.json").read_text())["bounds"]
+  assert {r["variant"]: r["view"] for r in rows} == {
+      "pe=none": "bag", "pe=sinusoidal": None, "pe=alibi": "reversal", "pe=shaw, k=0": "bag"}
+  text = (out / "table.md").read_text()
+  assert f"bag: {ceilings['bag_all']:.4f} / {ceilings['bag_test']:.4f}" in text
+  assert "| pe=sinusoidal | 2 | 10 | 0.9475 |" in text and "0.9950, 0.9000" in text  # per seed, by seed
+  assert "- FAIL: pe=sinusoidal: every run >= 0.9900" in text  # a check that can fail, failing
+  none_ok = max(0.2, 0.1) <= ceilings["bag_all"]
+  assert f"- {'PASS' if none_ok else 'FAIL'}: pe=none: every run <= bag bound (all)" in text
+  assert "permutation-equivariant" in text and f"`{bound.name}`" in text
+  assert "| 0.1 |" in text and "train min per run" in text  # 10 steps at 2/s: 5 s = 0.1 min
+  assert [r["train_minutes"] for r in rows][0] == pytest.approx(5 / 60)
 
 
-def test_compare_positions_end_to_end_on_the_tiny_data_set(tmp_path, capsys):
-  """What `python run.py` does, on 200 single-digit examples and a few steps (two trainings)."""
-  config = arithmetic_config("quick")
-  config.update(dict(arithmetic_config="n10_addsub", data_dir=str(tmp_path / "tfds"), batch_size=16,
-                     eval_batch_size=20, num_train_steps=3, warmup_steps=1, log_every_steps=3))
-  config.model.update(dict(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=1))
-  out = compare.compare_positions(config, str(tmp_path / "runs"), ("sinusoidal", "none"))
-  assert set(out["runs"]) == {"sinusoidal", "none"}
-  bag = out["bounds"]["bag_all"]
-  assert 0 < bag < 1 and (tmp_path / "runs" / "bounds.json").exists()
-  printed = capsys.readouterr().out
-  assert "test/exact_match" in printed and f"{bag:.4f} over the whole data set" in printed
-  # A finished run is not trained again.
-  again = compare.train_run(compare.with_scheme(config, "none"), str(tmp_path / "runs" / "none"))
-  assert again == out["runs"]["none"]
-
-
-def test_training_span_is_first_start_to_last_end():
-  runs = [{"finished": 1000.0, "seconds": 100.0}, {"finished": 1050.0, "seconds": 120.0},
-          {"finished": 1300.0, "seconds": 200.0}]
-  assert experiment.training_span(runs) == 1300.0 - 900.0
+def test_run_py_default_compares_two_schemes_end_to_end(tmp_path):
+  """`python run.py` itself, on 200 single-digit examples and 3 steps: two trainings, then the report."""
+  flags = [f"--workdir={tmp_path / 'runs'}", "--config.arithmetic_config=n10_addsub",
+           f"--config.data_dir={tmp_path / 'tfds'}", "--config.batch_size=16", "--config.eval_batch_size=20",
+           "--config.num_train_steps=3", "--config.warmup_steps=1", "--config.log_every_steps=3",
+           "--config.model.d_model=16", "--config.model.num_heads=2", "--config.model.d_ff=32",
+           "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1"]
+  run = lambda: subprocess.run([sys.executable, "run.py", *flags], cwd=ROOT, capture_output=True, text=True,
+                               env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  first = run()
+  assert first.returncode == 0, first.stderr[-2000:]
+  assert "| pe=none |" in first.stdout and "| pe=sinusoidal |" in first.stdout
+  assert "bag: " in first.stdout and "permutation-equivariant" in first.stdout
+  assert (tmp_path / "runs" / "report" / "plot.png").exists()
+  again = run()  # finished runs are not trained again
+  assert again.returncode == 0 and again.stderr.count("finished, skipped") == 2, again.stderr[-2000:]

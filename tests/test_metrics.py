@@ -73,6 +73,16 @@ def test_bleu_of_identical_text_is_100_and_of_disjoint_text_is_0():
     metrics.bleu(refs[:1], refs)
 
 
+def test_chrf_scores_characters_and_gives_partial_credit_bleu_does_not():
+  refs = ["the cat sat on the mat today"]
+  assert metrics.chrf(refs, refs) == pytest.approx(100.0)
+  # Misspelt words share character n-grams with the reference: chrF gives credit, BLEU's word 4-grams none.
+  near = ["teh cta sta no hte mta todya"]
+  assert metrics.bleu(near, refs) == pytest.approx(0.0) and 10.0 < metrics.chrf(near, refs) < 60.0
+  with pytest.raises(ValueError, match="hypotheses"):
+    metrics.chrf(refs + refs, refs)
+
+
 def test_mean_by_length_averages_each_length_separately():
   values = np.array([1, 0, 1, 1, 0, 0], bool)
   lengths = np.array([3, 3, 5, 1, 5, 5])

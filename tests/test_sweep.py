@@ -161,3 +161,10 @@ def test_arithmetic_sweeps_cover_the_registry_seed_major():
     assert sorted({(r.name, r.seed) for r in runs}) == sorted((s, k) for s in positions.SCHEMES for k in (0, 1, 2))
   full = _configs("arithmetic_full")
   assert {(c.arithmetic_config, c.num_train_steps) for _, c in full} == {("n1000_addsub", 20_000)}
+
+
+def test_worker_command_drops_the_workers_flag_in_either_spelling():
+  # `--workers 2` once left "2" behind, which the workers then read as the sweep's name.
+  assert sweep_lib._without_flag(["arithmetic_full", "--workers", "2", "--seeds", "1"], "workers") == [
+      "arithmetic_full", "--seeds", "1"]
+  assert sweep_lib._without_flag(["--workers=2", "x", "--workersfoo=1"], "workers") == ["x", "--workersfoo=1"]

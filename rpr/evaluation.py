@@ -1,0 +1,85 @@
+"""Evaluation of a trained model on a task's splits: likelihood, decoded exact match, BLEU and chrF.
+
+:func:`evaluate` is what the training loop runs at its evaluation steps; it
+decodes with a ``predict_fn`` (:func:`rpr.predict.make_predict_fn`) bounded
+per row by the input length (:func:`decode_limits`), never by the reference.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from rpr import metrics
+from rpr.sharding import pad_rows, shard_batch
+
+
+def decode_limits(inputs: np.ndarray, pad_id: int, extra: int, cap: int) -> np.ndarray:
+  """Per row, the most tokens decoding may write: its input length (non-PAD tokens) + ``extra``, at most ``cap``.
+
+  Tensor2tensor's rule (input length + 50). It reads only the inputs, so no
+  hypothesis depends on its reference: not through the limit, not through
+  the batch's padded width.
+  """
+  return np.minimum(np.sum(inputs != pad_id, axis=1) + extra, cap)
+
+
+def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Callable,
+             max_decode_length: int) -> dict[str, float]:
+  """Loss, token accuracy, exact match (decoded) and, for text tasks, BLEU and chrF on each of ``config.eval_splits``.
+
+  A language-model task (``task.is_lm``) is scored by likelihood only:
+  ``<split>/perplexity`` (exp of the unsmoothed per-token negative
+  log-likelihood) and ``<split>/tokens`` (tokens scored) replace the decoded
+  metrics.
+
+  BLEU scores the decoded hypotheses against ``task.references(split)``, the
+  raw reference texts (decoded ``targets`` have been through the vocabulary's
+  normalisation). With ``config.eval_by_length`` the exact match is also
+  given per input length ``n`` (non-PAD input tokens) as
+  ``<split>/exact_match_by_length/<n>``.
+  """
+  results = {}
+  lm = getattr(task, "is_lm", False)
+  for split in config.eval_splits:
+    sums = {"loss_sum": 0.0, "nll_sum": 0.0, "weight_sum": 0.0, "correct_sum": 0.0}
+    matches, lengths, hyps = [], [], []
+    for i, batch in enumerate(task.eval_batches(split)):
+      if config.max_eval_batches is not None and i >= config.max_eval_batches:
+        break
+      batch = pad_rows(batch, mesh.size)
+      sharded = shard_batch(batch, mesh)
+      for k, v in jax.device_get(eval_fn(params, sharded)).items():
+        sums[k] += float(v)
+      if lm:  # scored by likelihood alone: nothing to decode
+        continue
+      limits = decode_limits(batch["inputs"], task.vocab.pad_id, config.decode_extra_length, max_decode_length)
+      # One compiled search per multiple of 16 tokens; each row is then cut at its own limit.
+      length = int(min(max_decode_length, -(-limits.max() // 16) * 16))
+      predictions = np.asarray(jax.device_get(predict_fn(params, sharded["inputs"], length)))
+      predictions = np.where(np.arange(predictions.shape[1]) < limits[:, None], predictions, task.vocab.pad_id)
+      match, valid = metrics.exact_match(predictions, batch["targets"])
+      matches.append(match[valid])
+      lengths.append(np.sum(batch["inputs"][valid] != task.vocab.pad_id, axis=1))
+      if task.is_text:
+        hyps += [task.vocab.decode(p) for p in predictions[valid]]
+    tokens = max(sums["weight_sum"], 1.0)
+    results[f"{split}/loss"] = sums["loss_sum"] / tokens
+    results[f"{split}/accuracy"] = sums["correct_sum"] / tokens
+    if lm:
+      results[f"{split}/perplexity"] = float(np.exp(sums["nll_sum"] / tokens))  # per token, never smoothed
+      results[f"{split}/tokens"] = sums["weight_sum"]
+      continue
+    results[f"{split}/exact_match"] = float(np.mean(np.concatenate(matches))) if matches else 0.0
+    if config.get("eval_by_length") and matches:
+      by_length = metrics.mean_by_length(np.concatenate(matches), np.concatenate(lengths))
+      results.update({f"{split}/exact_match_by_length/{n}": v for n, v in by_length.items()})
+    if task.is_text:
+      # Eval rows come in the order of the references, so a prefix of batches is a prefix of them.
+      references = task.references(split)[:len(hyps)]
+      results[f"{split}/bleu"] = metrics.bleu(hyps, references)
+      results[f"{split}/chrf"] = metrics.chrf(hyps, references)
+  return results

@@ -1,0 +1,195 @@
+"""Resuming a workdir: checksummed checkpoints, fallback past damaged ones (never deleted), same config or a refusal."""
+
+import json
+import logging
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rpr import checkpoint
+from rpr import run_config
+from rpr import train
+from test_train import ROOT, _env, compilation_cache, load_state, tiny_config  # noqa: F401 (a fixture)
+
+# Checkpoints every 2 steps, the last 2 kept; no evaluation, so each run compiles only the train step.
+RUN = dict(eval_splits=(), log_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=2,
+           model={"dropout_rate": 0.1})
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """A straight run of 8 steps, and a run stopped after 6 (checkpoints 4 and 6) to copy and damage."""
+  root = tmp_path_factory.mktemp("runs")
+  train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(root / "straight"))
+  train.train_and_evaluate(tiny_config(**RUN, num_train_steps=6), str(root / "six"))
+  return root
+
+
+def copy_of_six(runs, tmp_path) -> pathlib.Path:
+  workdir = tmp_path / "run"
+  shutil.copytree(runs / "six", workdir)
+  return workdir
+
+
+def data_file(step_dir: pathlib.Path) -> pathlib.Path:
+  """The largest file of a step: the parameter and optimizer arrays."""
+  return max((p for p in step_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+
+def truncate(step_dir):
+  path = data_file(step_dir)
+  path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+def flip_byte(step_dir):
+  path = data_file(step_dir)
+  raw = bytearray(path.read_bytes())
+  raw[len(raw) // 2] ^= 0x01
+  path.write_bytes(bytes(raw))
+
+
+def delete_metadata(step_dir):
+  (step_dir / "default" / "_METADATA").unlink()
+
+
+def missing_files(step_dir):  # a step directory whose data never arrived
+  shutil.rmtree(data_file(step_dir).parent)
+
+
+UNFINISHED = "6.orbax-checkpoint-tmp-1700000000"
+
+
+def unfinished_save(step_dir):  # orbax's temporary directory of a save that was never finalised
+  step_dir.rename(step_dir.parent / UNFINISHED)
+
+
+def truncate_unchecksummed(step_dir):  # a checkpoint from before checksums: orbax itself fails
+  for sums in step_dir.parent.glob(f"*/{checkpoint.CHECKSUMS}"):
+    sums.unlink()
+  truncate(step_dir)
+
+
+DAMAGE = [truncate, flip_byte, delete_metadata, missing_files, unfinished_save, truncate_unchecksummed]
+
+
+def assert_same_state(a, b):
+  a, b = load_state(a, 8), load_state(b, 8)
+  assert a.keys() == b.keys()
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)  # bitwise: same batches, same dropout keys
+
+
+def test_every_checkpoint_has_checksums_that_verify(runs):
+  for step in ("4", "6"):
+    step_dir = runs / "six" / "checkpoints" / step
+    assert checkpoint.verify(str(step_dir))
+    names = [line.split("  ", 1)[1] for line in (step_dir / checkpoint.CHECKSUMS).read_text().splitlines()]
+    assert "_CHECKPOINT_METADATA" in names and "default/_METADATA" in names
+    if shutil.which("sha256sum"):  # the format of coreutils' sha256sum
+      subprocess.run(["sha256sum", "--check", "--quiet", checkpoint.CHECKSUMS], cwd=step_dir, check=True)
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=[d.__name__ for d in DAMAGE])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one_and_is_kept(runs, tmp_path, caplog, damage):
+  workdir = copy_of_six(runs, tmp_path)
+  damage(workdir / "checkpoints" / "6")
+  with caplog.at_level(logging.WARNING):
+    out = train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
+  assert out["step"] == 8
+  assert_same_state(runs / "straight", workdir)
+  warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+  if damage is unfinished_save:  # never a step to orbax: reported, left where it is
+    assert any("step 6" in w and "unfinished save" in w for w in warnings), warnings
+    assert (workdir / "checkpoints" / UNFINISHED / "default").is_dir()
+  else:  # reported by step and path, then moved aside: step 6 is saved again, and no clean-up deletes it
+    path = workdir / "checkpoints" / "6"
+    assert any(w.startswith(f"Checkpoint of step 6 in {path} does not restore") for w in warnings), warnings
+    assert any("resuming from step 4" in w for w in warnings), warnings
+    assert (workdir / "checkpoints" / "corrupt" / "6" / "default").is_dir()
+  assert sorted(p.name for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == ["6", "8"]  # keep 2
+
+
+def test_a_checkpoint_without_checksums_restores_with_a_warning(runs, tmp_path, caplog):
+  workdir = copy_of_six(runs, tmp_path)
+  (workdir / "checkpoints" / "6" / checkpoint.CHECKSUMS).unlink()
+  with caplog.at_level(logging.WARNING):
+    train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
+  assert any("step 6" in r.getMessage() and "unverified" in r.getMessage() for r in caplog.records)
+  assert not (workdir / "checkpoints" / "corrupt").exists()
+  assert_same_state(runs / "straight", workdir)
+
+
+def test_when_no_checkpoint_restores_the_run_stops_and_moves_nothing(runs, tmp_path):
+  workdir = copy_of_six(runs, tmp_path)
+  for step in ("4", "6"):
+    flip_byte(workdir / "checkpoints" / step)
+  before = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*"))
+  with pytest.raises(checkpoint.CheckpointError, match=r"^no checkpoint in .* restores \(steps 6, 4;"):
+    train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
+  assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*")) == before
+
+
+def test_a_changed_config_is_refused_before_anything_is_written(runs, tmp_path):
+  workdir = copy_of_six(runs, tmp_path)
+  record = (workdir / "config.json").read_bytes()
+  changed = tiny_config(**{**RUN, "model": {"dropout_rate": 0.1, "d_model": 64}}, num_train_steps=8,
+                        learning_rate=0.02)
+  with pytest.raises(run_config.ConfigError, match=r"learning_rate 0.01 -> 0.02, model.d_model 32 -> 64; .*"
+                     r"--allow_config_change=learning_rate,model.d_model"):
+    train.train_and_evaluate(changed, str(workdir))
+  assert (workdir / "config.json").read_bytes() == record
+  with pytest.raises(run_config.ConfigError, match=r"--allow_config_change: unknown config key\(s\) \['lr'\]"):
+    train.train_and_evaluate(changed, str(workdir), allow_config_change=("lr",))
+
+
+def test_allowed_changes_and_a_changed_environment_resume(runs, tmp_path, caplog):
+  workdir = copy_of_six(runs, tmp_path)
+  record = json.loads((workdir / "config.json").read_text())
+  record["xla_flags"] = "--xla_cpu_some_flag"  # a record of the machine, not config: logged, not refused
+  (workdir / "config.json").write_text(json.dumps(record))
+  config = tiny_config(**{**RUN, "keep_checkpoints": 3}, num_train_steps=6, learning_rate=0.02)
+  with caplog.at_level(logging.WARNING):
+    out = train.train_and_evaluate(config, str(workdir), allow_config_change=["learning_rate"])
+  assert out["step"] == 6  # restored, nothing left to train
+  messages = [r.getMessage() for r in caplog.records]
+  assert any("config.learning_rate changed: 0.01 -> 0.02" in m for m in messages), messages
+  now = os.environ.get("XLA_FLAGS", "")
+  assert any(f"xla_flags {now!r}, recorded '--xla_cpu_some_flag'" in m for m in messages), messages
+  assert json.loads((workdir / "config.json").read_text())["config"]["learning_rate"] == 0.02
+
+
+def test_cosine_makes_num_train_steps_unsafe_to_change(tmp_path):
+  workdir = tmp_path / "run"
+  (workdir / "checkpoints" / "2").mkdir(parents=True)
+  config = tiny_config(schedule="cosine")
+  (workdir / "config.json").write_text(json.dumps({"config": json.loads(config.to_json_best_effort())}))
+  config.num_train_steps += 10
+  with pytest.raises(run_config.ConfigError, match=r"num_train_steps 40 -> 50"):
+    run_config.validate(config, num_devices=1, workdir=str(workdir))
+  run_config.validate(config, num_devices=1, workdir=str(workdir), allow_changes=["num_train_steps"])
+
+
+@pytest.mark.parametrize("case", ["no_checkpoint_restores", "changed_config"])
+def test_run_py_reports_either_in_one_line_with_exit_status_2(runs, tmp_path, compilation_cache, case):
+  workdir = copy_of_six(runs, tmp_path)
+  args = ["--config.num_train_steps=8", "--config.eval_splits=()", "--config.model.dropout_rate=0.1",
+          "--config.checkpoint_every_steps=2", "--config.keep_checkpoints=2", "--config.log_every_steps=2"]
+  if case == "no_checkpoint_restores":
+    for step in ("4", "6"):
+      truncate(workdir / "checkpoints" / step)
+    message = r"no checkpoint in .* restores \(steps 6, 4; see the warnings above\)"
+  else:
+    args.append("--config.seed=1")
+    message = r"the config differs from .*config.json.*: seed 0 -> 1; .*--allow_config_change=seed"
+  cmd = [sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={workdir}", *args]
+  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=_env(compilation_cache))
+  errors = [l for l in proc.stderr.splitlines() if l.startswith("run.py: error:")]
+  assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
+  assert re.search(message, errors[0]), errors[0]
+  assert "Traceback" not in proc.stderr

@@ -1,0 +1,142 @@
+"""Every bad value fails in run_config.validate, naming the key, the value and what is allowed, before any writing."""
+
+import importlib
+import math
+import os
+import re
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+
+from configs import base
+from rpr import data
+from rpr import run_config
+from rpr import train
+from test_train import ROOT, tiny_config
+
+# configs/tiny.py: copy, strings of 1-6 digits, the long split 7-8, model.max_length 64.
+BAD = [
+    (dict(long_max_length=6), r"config.long_max_length = 6 is not allowed; allowed: an int >= 7 \(max_length \+ 1"),
+    (dict(num_eval_examples=0), r"config.num_eval_examples = 0 is not allowed; allowed: an int >= 1"),
+    (dict(learning_rate=math.inf), r"config.learning_rate = inf is not allowed; allowed: a number > 0.0 and finite"),
+    (dict(adam_eps=0.0), r"config.adam_eps = 0.0 is not allowed; allowed: a number > 0.0 and finite"),
+    (dict(adam_eps=math.inf), r"config.adam_eps = inf is not allowed"),
+    (dict(model={"max_length": 8}),
+     r"config.model.max_length = 8 is not allowed; allowed: an int >= 9 \(the longest target: long_max_length 8"),
+    (dict(eval_splits=("valid",), model={"max_length": 6}),
+     r"config.model.max_length = 6 .*an int >= 7 \(the longest target: max_length 6 \+ EOS\)"),
+    (dict(min_length=0), r"config.min_length = 0 is not allowed; allowed: an int >= 1"),
+    (dict(min_length=7), r"config.max_length = 6 is not allowed; allowed: an int >= 7 \(min_length\)"),
+    (dict(weight_decay=math.inf), r"config.weight_decay = inf is not allowed"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", BAD, ids=[repr(o) for o, _ in BAD])
+def test_bad_value_raises_config_error_naming_it_before_any_file_is_written(tmp_path, overrides, message):
+  with pytest.raises(run_config.ConfigError, match=message):
+    run_config.validate(tiny_config(**dict(overrides)), num_devices=1)
+  workdir = tmp_path / "run"
+  with pytest.raises(run_config.ConfigError, match=message):
+    train.train_and_evaluate(tiny_config(**dict(overrides)), str(workdir))
+  assert not workdir.exists()
+
+
+def test_checks_that_do_not_apply_pass():
+  run_config.validate(tiny_config(eval_splits=("valid",), long_max_length=6), num_devices=1)  # no long split
+  run_config.validate(tiny_config(grad_clip_norm=math.inf), num_devices=1)  # inf: no clipping
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config.long_max_length=5"], r"config.long_max_length = 5 is not allowed; allowed: an int >= 7"),
+    (["--config.learning_rate=inf"], r"config.learning_rate = inf is not allowed; allowed: a number > 0.0 and finite"),
+    (["--config.model.max_length=7"], r"config.model.max_length = 7 is not allowed; allowed: an int >= 9"),
+    (["--config.no_such_key=1"], r"--config.no_such_key: the config has no key 'no_such_key'; allowed: .*--print_config"),
+    (["--config.model.position_options.k=1"], r"--config.model.position_options.k: the config has no key 'k'"),
+])
+def test_run_py_gives_one_line_and_exit_status_2(tmp_path, args, message):
+  workdir = tmp_path / "run"
+  cmd = [sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={workdir}", *args]
+  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  lines = [l for l in proc.stderr.splitlines() if l.startswith("run.py: error:")]
+  assert proc.returncode == 2 and len(lines) == 1 and re.search(message, lines[0]), proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr and not workdir.exists()
+
+
+def _config_with(path: str, value, setup=()):
+  """configs/tiny.py with ``value`` at the dotted ``path``, built from a plain dict so the value keeps its type."""
+  tree = tiny_config().to_dict()
+  for key, v in (*setup, (path, value)):
+    *parents, leaf = key.split(".")
+    node = tree
+    for p in parents:
+      node = node[p]
+    node[leaf] = v
+  return ml_collections.ConfigDict(tree)
+
+
+TYPED_BAD = [
+    ("eval_by_length", 1, r"config.eval_by_length = 1 is not allowed; allowed: True or False$"),
+    ("eval_by_length", 0.0, r"config.eval_by_length = 0.0 is not allowed; allowed: True or False$"),
+    ("dataset", ["copy"], r"config.dataset: unknown data set \['copy'\]; allowed: \[.*'copy'"),
+    ("optimizer", ["adam"], r"config.optimizer = \['adam'\] is not allowed; allowed: \['adam', 'adamw'\]"),
+    ("model.position", ["shaw"], r"config.model.position = \['shaw'\] is not allowed; allowed: \[.*'shaw'"),
+    ("model", 5, r"config.model = 5 is not allowed; allowed: a dict of rpr.model.ModelConfig's fields"),
+    ("model.position_options", 5, r"config.model.position_options = 5 is not allowed; allowed: a dict of scheme "
+                                  r"options, keys from \['bucket_max_distance'"),
+    ("learning_rate", 10 ** 400, r"config.learning_rate = 10{400} is not allowed; allowed: a number > 0.0 and finite"),
+    # The options of every scheme are checked, whichever the model uses (tiny: shaw).
+    ("model.position_options.num_buckets", 0, r"config.model.position_options: t5 num_buckets must be >= 2, got 0"),
+    ("model.position_options.rope_base", math.inf, r"config.model.position_options: rope_base must be finite, got inf"),
+    ("model.position_options.rope_base", 10 ** 400, r"config.model.position_options: rope_base must be finite"),
+]
+
+
+@pytest.mark.parametrize("path, value, message", TYPED_BAD, ids=[f"{p}={v!r:.10}" for p, v, _ in TYPED_BAD])
+def test_a_value_of_the_wrong_type_or_beyond_the_floats_names_the_key(path, value, message):
+  with pytest.raises(run_config.ConfigError, match=message):
+    run_config.validate(_config_with(path, value), num_devices=1)
+
+
+def test_an_unknown_top_level_key_fails_naming_it():
+  config = tiny_config()
+  with config.unlocked():
+    config.lerning_rate = 0.1
+    config.foo = 1
+  with pytest.raises(run_config.ConfigError, match=r"unknown config key\(s\) config.foo, config.lerning_rate; "
+                     r"allowed: .*\['adam_b1', .*'corpus_dir', .*'learning_rate', .*'tokens_per_device'"):
+    run_config.validate(config, num_devices=1)
+
+
+def test_the_allowed_keys_are_base_py_s_and_those_the_data_sets_read():
+  copy_keys = data.REGISTRY["copy"].keys
+  assert set(base.get_config()) == set(run_config.ENGINE_KEYS) | set(copy_keys)
+  assert not set(run_config.ENGINE_KEYS) & set(copy_keys)
+  from rpr.data import wmt  # TFDS
+  assert set(wmt.CONFIG_KEYS) <= set(run_config.ENGINE_KEYS) | set(data.REGISTRY["wmt14"].keys)
+
+
+# Every config file with the variants its docstring documents; a new file must be added here.
+VARIANTS = {
+    "base": [None],
+    "default": ["", "sinusoidal"],
+    "tiny": [""],
+    "length": ["", "tiny", "pe=rope", "pe=t5,tiny", "pe=alibi,directional=1", "pe=shaw,k=4"],
+    "arithmetic": ["", "quick", "pe=shaw,k=16", "pe=alibi,directional=1", "pe=learned", "config=n1000_addsub,seed=2"],
+    "lm": ["", "tiny", "pe=rope,ctx=64", "pe=t5", "pe=learned", "seed=1"],
+    "translation": ["", "tiny", "pe=rope", "short=30,seed=1", "pe=t5,tiny", "pe=sinusoidal"],
+    "wmt14_ende": ["", "tiny", "model=big", "pe=absolute", "tiny,pe=absolute,model=big",
+                   "table1,model=big,pe=relative", "table2,k=0", "table3,av=off,ak=on"],
+}
+
+
+def test_every_config_file_and_variant_validates():
+  files = sorted(p[:-3] for p in os.listdir(os.path.join(ROOT, "configs")) if p.endswith(".py") and p != "__init__.py")
+  assert files == sorted(VARIANTS)
+  for name, variants in VARIANTS.items():
+    module = importlib.import_module(f"configs.{name}")
+    for variant in variants:
+      config = module.get_config() if variant is None else module.get_config(variant)
+      run_config.validate(config, num_devices=1)
