@@ -185,11 +185,13 @@ def measure(args, position: str, implementation: str, length: int, top: int = 0)
   from rpr import train as train_lib
 
   config = model_config(args, position, implementation, length)
-  model = model_lib.Transformer(config)
+  model = model_lib.build(config)  # --encoder_layers 0: the decoder-only language model, no inputs
   tx = optax.adam(1e-3)
-  state = jax.eval_shape(lambda rng: train_lib.init_state(rng, model, tx, length, length),
+  source = length if config.num_encoder_layers else 0
+  state = jax.eval_shape(lambda rng: train_lib.init_state(rng, model, tx, source, length),
                          jax.ShapeDtypeStruct((2,), jnp.uint32))
-  batch = {k: jax.ShapeDtypeStruct((args.batch, length), jnp.int32) for k in ("inputs", "targets")}
+  batch = {"inputs": jax.ShapeDtypeStruct((args.batch, source), jnp.int32),
+           "targets": jax.ShapeDtypeStruct((args.batch, length), jnp.int32)}
 
   def step(state, batch):
     return train_lib.train_step(state, batch, model=model, tx=tx, schedule=lambda i: 1e-3,
@@ -396,7 +398,7 @@ def parse_args(argv=None):
   p.add_argument("--batch", type=int, default=1)
   p.add_argument("--d_model", type=int, default=64)
   p.add_argument("--num_heads", type=int, default=4)
-  p.add_argument("--encoder_layers", type=int, default=1)
+  p.add_argument("--encoder_layers", type=int, default=1, help="0: the decoder-only language model")
   p.add_argument("--decoder_layers", type=int, default=1)
   p.add_argument("--d_ff", type=int, default=128)
   p.add_argument("--vocab_size", type=int, default=1000)
