@@ -22,7 +22,8 @@ Variants: comma-separated words after the file name.
 * ``table1``, ``table2``, ``table3``: a cell of that table (evaluated on its
   split; tables 2-3 require the base relative model).
 * ``tiny``: a few steps of a tiny model on TFDS mock data
-  (tests/test_wmt_experiment.py); composes with the rest.
+  (``mock_examples = 64``: offline, never a download of WMT; about a
+  minute); composes with the rest.
 
 Every cell, its command and the paper's BLEU (EN-DE)::
 
@@ -139,6 +140,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.dataset = "wmt14"
   c.data_dir = config_dict.placeholder(str)  # TFDS data directory; None: TFDS's default
   c.cache_dir = config_dict.placeholder(str)  # vocabulary + tokenised training data; None: the workdir
+  c.mock_examples = config_dict.placeholder(int)  # N random pairs per split of TFDS mock data (offline); None: WMT
   c.language_pair = ("de", "en")  # TFDS config wmt14_translate/de-en
   c.source_lang = "en"  # EN -> DE
   c.vocab_size = 32_768  # shared SentencePiece pieces (Shaw: 32,768 word pieces)
@@ -202,6 +204,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.spm_train_pairs = 100
     c.spm_hard_vocab_limit = False  # a tiny corpus may give fewer pieces
     c.tokens_per_device = 128
+    c.mock_examples = 64  # offline: TFDS mock data, never a download of WMT
     c.max_length = 16
     c.eval_batch_size = 8
     c.max_eval_batches = 1

@@ -113,7 +113,7 @@ def _wmt14(config, workdir: str, num_devices: int):
 register("wmt14", _wmt14, splits=("validation", "test"), run_context=True, batch_by_tokens=True,
          keys=("data_dir", "language_pair", "source_lang", "vocab_size", "tokens_per_batch", "max_length",
                "bucket_boundaries", "train_split", "spm_train_pairs", "spm_byte_fallback", "spm_hard_vocab_limit",
-               "tokens_per_device", "cache_dir"))
+               "tokens_per_device", "cache_dir", "mock_examples"))
 
 
 def _bible_fr_en(config, workdir: str, num_devices: int):

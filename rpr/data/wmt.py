@@ -30,6 +30,7 @@ from a flat run config. Tests run the whole path on
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import os
@@ -71,6 +72,7 @@ class WmtTask(TranslationTask):
       spm_byte_fallback: bool = True,
       spm_hard_vocab_limit: bool = True,
       eval_batch_size: int = 64,
+      mock_examples: int | None = None,
   ):
     """Loads or builds the vocabulary and the tokenised training data.
 
@@ -86,6 +88,8 @@ class WmtTask(TranslationTask):
       spm_train_pairs: how many leading training pairs train the vocabulary.
       spm_byte_fallback: byte pieces instead of UNK (needs vocab_size > ~260).
       spm_hard_vocab_limit: False lets a small corpus give fewer pieces.
+      mock_examples: read TFDS mock data (this many random pairs per split)
+        instead of WMT, offline: a smoke run, never a result.
     """
     if len(language_pair) != 2 or source_lang not in language_pair:
       raise ValueError(f"source_lang {source_lang!r} must be one side of language_pair {language_pair!r}")
@@ -94,6 +98,7 @@ class WmtTask(TranslationTask):
     self.source_lang = source_lang
     self.target_lang = [l for l in language_pair if l != source_lang][0]
     self._builder = None
+    self.mock_examples, self._read = mock_examples, {}
 
     vocab = sentencepiece_vocab.load_or_train(
         os.path.join(self.workdir, "spm.model"),
@@ -106,6 +111,11 @@ class WmtTask(TranslationTask):
     if not os.path.exists(os.path.join(self.train_cache_dir, "meta.json")):
       logging.info("Tokenising %s into %s", train_split, self.train_cache_dir)
       tokenize_pairs(self._texts(train_split), vocab).save(self.train_cache_dir)
+    if mock_examples:
+      # TFDS's mock patches the process, so it must not be active while orbax saves in a background
+      # thread: read the evaluation splits now, before training starts.
+      logging.warning("mock_examples = %d: WMT is replaced by TFDS mock data (random strings).", mock_examples)
+      self._read = {split: self.split_texts(split) for split in ("validation", "test")}
     super().__init__(vocab, TokenizedPairs.load(self.train_cache_dir), tokens_per_batch=tokens_per_batch,
                      max_length=max_length, bucket_boundaries=bucket_boundaries,
                      batch_multiple=batch_multiple, seed=seed, eval_batch_size=eval_batch_size)
@@ -121,12 +131,15 @@ class WmtTask(TranslationTask):
   def _texts(self, split: str, limit: int | None = None,
              chunk: int = 8192) -> Iterator[tuple[list[str], list[str]]]:
     """Chunks of (source texts, target texts) of ``split`` in stored order."""
-    ds = self._tfds_builder().as_dataset(split=split, shuffle_files=False)
-    if limit is not None:
-      ds = ds.take(limit)
-    for ex in tfds.as_numpy(ds.batch(chunk)):
-      yield ([s.decode("utf-8") for s in ex[self.source_lang]],
-             [s.decode("utf-8") for s in ex[self.target_lang]])
+    # The mock patches TFDS only while TFDS is read, not the rest of the run (orbax's saves among it).
+    with (tfds.testing.mock_data(num_examples=self.mock_examples, policy=tfds.testing.MockPolicy.USE_CODE)
+          if self.mock_examples else contextlib.nullcontext()):
+      ds = self._tfds_builder().as_dataset(split=split, shuffle_files=False)
+      if limit is not None:
+        ds = ds.take(limit)
+      for ex in tfds.as_numpy(ds.batch(chunk)):
+        yield ([s.decode("utf-8") for s in ex[self.source_lang]],
+               [s.decode("utf-8") for s in ex[self.target_lang]])
 
   def _sentences(self, split: str, limit: int) -> Iterator[str]:
     for sources, targets in self._texts(split, limit):
@@ -134,6 +147,8 @@ class WmtTask(TranslationTask):
       yield from targets
 
   def split_texts(self, split: str) -> tuple[list[str], list[str]]:
+    if split in self._read:
+      return self._read[split]
     chunks = list(self._texts(split))
     return [s for src, _ in chunks for s in src], [t for _, tgt in chunks for t in tgt]
 
