@@ -31,20 +31,10 @@ def perturbed_params(config, seed=0):
 
 
 def cached_logits(config, params, text):
-  m = model.build(config.replace(decode=True))
-  cache = model.init_cache(config, text.shape[0], text.shape[1])
+  """One token at a time from an init-sized cache, as tests/test_model.py runs the encoder-decoder."""
+  import test_model  # tests/ is on the path
 
-  @jax.jit
-  def step(cache, ids):
-    logits, v = m.apply({"params": params, "cache": cache}, None, NO_INPUTS, ids, method="decode", mutable=["cache"])
-    return v["cache"], logits
-
-  decoder_inputs = model.shift_right(text)
-  out = []
-  for t in range(text.shape[1]):
-    cache, logits = step(cache, decoder_inputs[:, t:t + 1])
-    out.append(logits)
-  return jnp.concatenate(out, axis=1)
+  return test_model.cached_logits(config, params, NO_INPUTS, text)
 
 
 def test_build_picks_the_decoder_only_model_without_encoder_layers():

@@ -53,7 +53,7 @@ def perturbed_params(config, seed=0):
 
 def cached_logits(config, params, inputs, targets):
   """Runs the decoder one token at a time from an init-sized cache; ``[b, L_out, vocab]``."""
-  m = model.Transformer(config.replace(decode=True))
+  m = model.build(config.replace(decode=True))  # the language model too: its encode gives None
   encoded = m.apply({"params": params}, inputs, method="encode")
   cache = model.init_cache(config, inputs.shape[0], targets.shape[1])
 
