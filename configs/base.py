@@ -32,8 +32,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.long_max_length = 16  # copy/reverse: the long split has lengths max_length+1 .. long_max_length
   c.num_eval_examples = 512  # copy/reverse: examples per evaluation split
   c.eval_splits = ("valid", "long")  # evaluated splits; metrics are named <split>/<metric>
+  c.final_eval_splits = ()  # evaluated at the last step only, beside eval_splits (e.g. a test split)
   c.max_eval_batches = config_dict.placeholder(int)  # evaluate at most this many batches per split; None: all
   c.eval_by_length = False  # also report <split>/exact_match_by_length/<n> per input length n
+  # Text tasks: BLEU, chrF and sentence count per source-length bucket, given by its largest length (in source
+  # tokens), the last bucket open: (10, 20) gives <split>/bleu_by_length/1-10, /11-20 and /21+. (): none.
+  c.source_length_buckets = ()
 
   # Model: rpr.model.ModelConfig's fields (vocab_size comes from the data set).
   c.model = ml_collections.ConfigDict()

@@ -86,18 +86,21 @@ def command(run: sweeps.Run, root: str, sweep: str) -> str:
 
 
 def finished(workdir: str, config) -> bool:
-  """Whether ``workdir`` holds the run's last step with its evaluation (or, without eval splits, its last log)."""
+  """Whether ``workdir`` holds the run's last step with the evaluation of every split the config evaluates there.
+
+  Those are ``eval_splits`` and ``final_eval_splits``; without any, the last step's log is enough.
+  """
   path = os.path.join(workdir, "metrics.jsonl")
   if not os.path.exists(path):
     return False
   with open(path, encoding="utf-8") as f:
     records = [json.loads(line) for line in f if line.strip()]
-  evaluated = bool(config.eval_splits)
+  splits = (*config.eval_splits, *config.get("final_eval_splits", ()))
+  last = {}
   for r in records:
-    if r["step"] >= config.num_train_steps and (not evaluated or any("/" in k and not k.startswith("train/")
-                                                                     for k in r)):
-      return True
-  return False
+    if r["step"] >= config.num_train_steps:
+      last.update(r)
+  return bool(last) and all(f"{s}/loss" in last for s in splits)
 
 
 def select(sweep: sweeps.Sweep, only=(), seeds=()) -> list[sweeps.Run]:

@@ -173,7 +173,10 @@ register(Sweep(
     _seeded([Run(s, "configs/lm.py", f"pe={s}") for s in positions.SCHEMES], seed_major=True),
     report=("--metric", "test/perplexity", "--also", "test_x2/perplexity", "--also", "test_x4/perplexity",
             "--also", "test_x8/perplexity")))
-TRANSLATION_REPORT = ("--metric", "test/bleu", "--also", "test/chrf")
+# BLEU, chrF, then BLEU per source-length bucket (configs/translation.py's BUCKETS).
+TRANSLATION_REPORT = ("--metric", "test/bleu", "--also", "test/chrf",
+                      *(w for b in ("1-10", "11-20", "21-30", "31-40", "41-60", "61+")
+                        for w in ("--also", f"test/bleu_by_length/{b}")))
 register(Sweep(
     "translation_table1", "Table 1 on Bible FR-EN: Shaw vs sinusoidal, with T5, RoPE and ALiBi beside them",
     _seeded([Run(s, "configs/translation.py", f"pe={s}")
@@ -190,3 +193,12 @@ register(Sweep(
                  (("model.position_options.use_values", av), ("model.position_options.use_keys", ak)))
              for av, ak in ((True, True), (False, True), (True, False), (False, False))], seed_major=True),
     report=TRANSLATION_REPORT + ("--paper", "table3")))
+# Train short, test long on translation: training keeps the verses of at most 30 French pieces (about half),
+# test_long holds the test verses longer than that.
+TRANSLATION_SHORT = 30
+register(Sweep(
+    "translation_short", f"Train short, test long on Bible FR-EN: train on <= {TRANSLATION_SHORT} source pieces, "
+    "test on longer",
+    _seeded([Run(s, "configs/translation.py", f"pe={s},short={TRANSLATION_SHORT}")
+             for s in ("sinusoidal", "shaw", "t5", "rope", "alibi_directional")], seed_major=True),
+    report=("--metric", "test_long/bleu", "--also", "test_long/chrf", "--also", "test/bleu")))

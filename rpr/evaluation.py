@@ -28,8 +28,10 @@ def decode_limits(inputs: np.ndarray, pad_id: int, extra: int, cap: int) -> np.n
 
 
 def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Callable,
-             max_decode_length: int) -> dict[str, float]:
-  """Loss, token accuracy, exact match (decoded) and, for text tasks, BLEU and chrF on each of ``config.eval_splits``.
+             max_decode_length: int, splits=None) -> dict[str, float]:
+  """Loss, token accuracy, exact match (decoded) and, for text tasks, BLEU and chrF on each split.
+
+  ``splits``: the names evaluated (default ``config.eval_splits``).
 
   A language-model task (``task.is_lm``) is scored by likelihood only:
   ``<split>/perplexity`` (exp of the unsmoothed per-token negative
@@ -40,11 +42,13 @@ def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Ca
   raw reference texts (decoded ``targets`` have been through the vocabulary's
   normalisation). With ``config.eval_by_length`` the exact match is also
   given per input length ``n`` (non-PAD input tokens) as
-  ``<split>/exact_match_by_length/<n>``.
+  ``<split>/exact_match_by_length/<n>``; with ``config.source_length_buckets``
+  a text task's BLEU and chrF are also given per bucket of input lengths
+  (:func:`by_length_buckets`).
   """
   results = {}
   lm = getattr(task, "is_lm", False)
-  for split in config.eval_splits:
+  for split in config.eval_splits if splits is None else splits:
     sums = {"loss_sum": 0.0, "nll_sum": 0.0, "weight_sum": 0.0, "correct_sum": 0.0}
     matches, lengths, hyps = [], [], []
     for i, batch in enumerate(task.eval_batches(split)):
@@ -82,4 +86,31 @@ def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Ca
       references = task.references(split)[:len(hyps)]
       results[f"{split}/bleu"] = metrics.bleu(hyps, references)
       results[f"{split}/chrf"] = metrics.chrf(hyps, references)
+      if config.get("source_length_buckets"):
+        results.update(by_length_buckets(split, hyps, references, np.concatenate(lengths),
+                                         config.source_length_buckets))
   return results
+
+
+def bucket_names(bounds) -> list[str]:
+  """``(10, 11, 20)`` -> ``["1-10", "11", "12-20", "21+"]``: buckets given by their largest length, the last open."""
+  lows = [1, *(b + 1 for b in bounds)]
+  return [f"{lo}-{hi}" if hi > lo else f"{hi}" for lo, hi in zip(lows, bounds)] + [f"{lows[-1]}+"]
+
+
+def by_length_buckets(split: str, hyps, references, lengths: np.ndarray, bounds) -> dict[str, float]:
+  """Corpus BLEU and chrF of the sentences whose source length falls in each bucket of ``bounds``, with their count.
+
+  Keys ``<split>/bleu_by_length/<bucket>``, ``/chrf_by_length/`` and
+  ``/sentences_by_length/`` (:func:`bucket_names`); an empty bucket is left out.
+  """
+  which = np.searchsorted(np.asarray(bounds), np.asarray(lengths), side="left")  # length <= bounds[i]: bucket i
+  out = {}
+  for i, name in enumerate(bucket_names(bounds)):
+    rows = np.flatnonzero(which == i)
+    if rows.size:
+      h, r = [hyps[j] for j in rows], [references[j] for j in rows]
+      out[f"{split}/bleu_by_length/{name}"] = metrics.bleu(h, r)
+      out[f"{split}/chrf_by_length/{name}"] = metrics.chrf(h, r)
+      out[f"{split}/sentences_by_length/{name}"] = float(rows.size)
+  return out

@@ -34,15 +34,16 @@ DECODE_METHODS = ("greedy", "beam")
 # evaluates. The updates stay those of a straight run, except num_train_steps under the cosine schedule,
 # which decays to 0 at num_train_steps (so it is safe only for the other schedules).
 RESUME_SAFE_KEYS = ("num_train_steps", "eval_every_steps", "log_every_steps", "checkpoint_every_steps",
-                    "keep_checkpoints", "eval_splits", "eval_batch_size", "max_eval_batches", "num_eval_examples",
-                    "eval_by_length", "decode_method", "decode_extra_length", "beam_size", "beam_alpha")
+                    "keep_checkpoints", "eval_splits", "final_eval_splits", "eval_batch_size", "max_eval_batches",
+                    "num_eval_examples", "eval_by_length", "source_length_buckets", "decode_method",
+                    "decode_extra_length", "beam_size", "beam_alpha")
 # The top-level keys the engine reads (configs/base.py's, but for copy/reverse's); a data set reads its own too
 # (rpr.data.register(keys=...)), and a config key that neither reads is refused.
-ENGINE_KEYS = ("dataset", "seed", "batch_size", "eval_batch_size", "eval_splits", "max_eval_batches", "eval_by_length",
-               "model", "optimizer", "learning_rate", "schedule", "warmup_steps", "adam_b1", "adam_b2", "adam_eps",
-               "weight_decay", "grad_clip_norm", "label_smoothing", "num_train_steps", "eval_every_steps",
-               "decode_method", "decode_extra_length", "beam_size", "beam_alpha", "log_every_steps",
-               "checkpoint_every_steps", "keep_checkpoints")
+ENGINE_KEYS = ("dataset", "seed", "batch_size", "eval_batch_size", "eval_splits", "final_eval_splits",
+               "max_eval_batches", "eval_by_length", "source_length_buckets", "model", "optimizer", "learning_rate",
+               "schedule", "warmup_steps", "adam_b1", "adam_b2", "adam_eps", "weight_decay", "grad_clip_norm",
+               "label_smoothing", "num_train_steps", "eval_every_steps", "decode_method", "decode_extra_length",
+               "beam_size", "beam_alpha", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints")
 
 
 class ConfigError(ValueError):
@@ -147,13 +148,13 @@ def _validate(config, num_devices: int) -> None:
     if config[key] is not None and config[key] % num_devices:
       raise ValueError(f"config.{key} = {config[key]} must be divisible by the number of devices "
                        f"({num_devices}): the batch is split evenly over the 'data' mesh axis")
-  splits = config.get("eval_splits")
-  if not isinstance(splits, (tuple, list)) or not all(isinstance(s, str) for s in splits):
-    _fail("eval_splits", splits, "a tuple of split names")
-  if entry.splits is not None:
-    for s in splits:
-      if s not in entry.splits:
-        _fail("eval_splits", tuple(splits), f"names from {list(entry.splits)} (data set {config.dataset!r})")
+  for key in ("eval_splits", "final_eval_splits"):
+    splits = config.get(key, ())
+    if not isinstance(splits, (tuple, list)) or not all(isinstance(s, str) for s in splits):
+      _fail(key, splits, "a tuple of split names")
+    if entry.splits is not None and any(s not in entry.splits for s in splits):
+      _fail(key, tuple(splits), f"names from {list(entry.splits)} (data set {config.dataset!r})")
+  splits = (*config.eval_splits, *config.get("final_eval_splits", ()))
   synthetic_data = config.dataset in synthetic.KINDS
   if synthetic_data:
     _int(config, "min_length", 1)
@@ -196,6 +197,11 @@ def _validate(config, num_devices: int) -> None:
     _int(config, key, 1)
   if not isinstance(config.get("eval_by_length", False), bool):
     _fail("eval_by_length", config.get("eval_by_length"), "True or False")
+  buckets = config.get("source_length_buckets", ())
+  if (not isinstance(buckets, (tuple, list))
+      or not all(isinstance(b, numbers.Integral) and not isinstance(b, bool) and b >= 1 for b in buckets)
+      or list(buckets) != sorted(set(buckets))):
+    _fail("source_length_buckets", buckets, "a tuple of increasing ints >= 1 (each bucket's largest source length)")
 
 
 def environment() -> dict:

@@ -247,12 +247,14 @@ def train_and_evaluate(config, workdir: str, allow_config_change=()) -> dict[str
     writer.close()
 
 
-def _evaluate_and_write(run: _Run, writer, step: int) -> dict[str, float]:
-  if not run.config.eval_splits:
+def _evaluate_and_write(run: _Run, writer, step: int, final: bool) -> dict[str, float]:
+  """Evaluates ``eval_splits``, and at the last step ``final_eval_splits`` too; writes and logs the metrics."""
+  splits = (*run.config.eval_splits, *(run.config.get("final_eval_splits", ()) if final else ()))
+  if not splits:
     return {}
   t0 = time.time()
   results = evaluate(run.config, run.task, run.state.params, run.mesh, run.eval_fn, run.predict_fn,
-                     run.model_config.max_length)
+                     run.model_config.max_length, splits)
   writer.write_scalars(step, results)
   logging.info("eval step %d (%.1fs): %s", step, time.time() - t0,
                ", ".join(f"{k} {v:.4f}" for k, v in results.items()))
@@ -299,9 +301,9 @@ def _loop(run: _Run, writer, stop: _StopRequest) -> dict[str, float]:
                       "workdir to resume.", done, run.workdir)
       return {**final, "step": float(done), "stopped_by_signal": 1.0}
     if eval_due:
-      final.update(_evaluate_and_write(run, writer, done))
+      final.update(_evaluate_and_write(run, writer, done, final=done == num_steps))
   if start >= num_steps:  # nothing left to train: evaluate the restored state
-    final.update(_evaluate_and_write(run, writer, int(run.state.step)))
+    final.update(_evaluate_and_write(run, writer, int(run.state.step), final=True))
   final["step"] = float(run.state.step)
   return final
 

@@ -212,3 +212,7 @@ def test_translation_config_variants_validate_and_tiny_runs_end_to_end(tmp_path,
   config.tokens_per_batch, config.max_length = 64, 32  # 16 training pairs must fill a batch
   results = train.train_and_evaluate(config, str(tmp_path / "run"))
   assert results["step"] == 4 and 0.0 <= results["validation/bleu"] <= 100.0
+  assert 0.0 <= results["test/bleu"] <= 100.0  # final_eval_splits: test at the last step only
+  buckets = {k: v for k, v in results.items() if k.startswith("test/sentences_by_length/")}
+  assert buckets and sum(buckets.values()) == config.eval_batch_size  # one batch, every row in one bucket
+  assert all(0.0 <= results[k.replace("sentences", "bleu")] <= 100.0 for k in buckets)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from rpr import metrics
+from rpr import evaluation
 from rpr import train
 from rpr.data.task import CharVocab, pad_batch
 
@@ -30,9 +31,10 @@ class _Task:
     return self.raw
 
 
-def _evaluate(task, wrong_rows, eval_by_length=True):
+def _evaluate(task, wrong_rows, eval_by_length=True, buckets=()):
   config = ml_collections.ConfigDict({"eval_splits": ("valid",), "max_eval_batches": None,
-                                      "eval_by_length": eval_by_length, "decode_extra_length": 50})
+                                      "eval_by_length": eval_by_length, "decode_extra_length": 50,
+                                      "source_length_buckets": buckets})
   seen = []
 
   def eval_fn(params, batch):
@@ -65,6 +67,21 @@ def test_bleu_scores_decoded_hypotheses_against_the_raw_references():
   hypotheses = ["ab", "abc", "ab", "abcd", "a"]
   assert results["valid/bleu"] == pytest.approx(metrics.bleu(hypotheses, task.raw))
   assert results["valid/bleu"] < 100.0  # decoded targets would have scored 100
+
+
+def test_bleu_by_source_length_bucket_scores_each_buckets_sentences_alone():
+  task = _Task(is_text=True)  # input lengths 2, 3, 2, 4, 1; bucket 1-2 holds rows 0, 2, 4, the open 4+ row 3
+  results = _evaluate(task, {0: [1]}, eval_by_length=False, buckets=(2, 3))
+  hyps = ["ab", "hbc", "ab", "abcd", "a"]
+  assert {k: v for k, v in results.items() if "sentences" in k} == {
+      "valid/sentences_by_length/1-2": 3.0, "valid/sentences_by_length/3": 1.0, "valid/sentences_by_length/4+": 1.0}
+  for name, rows in (("1-2", [0, 2, 4]), ("3", [1]), ("4+", [3])):
+    want = [hyps[i] for i in rows], [task.raw[i] for i in rows]
+    assert results[f"valid/bleu_by_length/{name}"] == pytest.approx(metrics.bleu(*want))
+    assert results[f"valid/chrf_by_length/{name}"] == pytest.approx(metrics.chrf(*want))
+  assert results["valid/chrf_by_length/3"] < results["valid/chrf_by_length/4+"]  # the wrong row is alone there
+  assert evaluation.bucket_names((10, 11, 20)) == ["1-10", "11", "12-20", "21+"]
+  assert not any("by_length" in k for k in _evaluate(task, {}, eval_by_length=False))
 
 
 def test_decode_limits_read_the_inputs_only():

@@ -91,9 +91,10 @@ def test_printed_commands_name_the_config_variant_workdir_and_every_key(tmp_path
   assert proc.stdout.splitlines() == [expected.format(root=tmp_path)]
 
 
-def _finish(workdir, steps, evaluated=True):
+def _finish(workdir, steps, evaluated=True, splits=("valid", "long")):
   workdir.mkdir(parents=True, exist_ok=True)
-  records = [{"step": steps, "train/loss": 0.1}] + ([{"step": steps, "valid/exact_match": 1.0}] if evaluated else [])
+  evaluation = {f"{s}/{m}": 1.0 for s in splits for m in ("loss", "exact_match")}
+  records = [{"step": steps, "train/loss": 0.1}] + ([{"step": steps, **evaluation}] if evaluated else [])
   (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
@@ -128,9 +129,15 @@ def test_finished_needs_the_last_step_and_its_evaluation(tmp_path):
   assert not sweep_lib.finished(str(tmp_path / "a"), config)  # trained, but the final evaluation is missing
   _finish(tmp_path / "b", config.num_train_steps)
   assert sweep_lib.finished(str(tmp_path / "b"), config)
+  _finish(tmp_path / "c", config.num_train_steps, splits=("valid",))
+  assert not sweep_lib.finished(str(tmp_path / "c"), config)  # the long split was not evaluated
+  config.final_eval_splits = ("test",)  # evaluated at the last step only: it must be there too
+  assert not sweep_lib.finished(str(tmp_path / "b"), config)
+  _finish(tmp_path / "d", config.num_train_steps, splits=("valid", "long", "test"))
+  assert sweep_lib.finished(str(tmp_path / "d"), config)
   with config.unlocked():
-    config.eval_splits = ()
-  assert sweep_lib.finished(str(tmp_path / "a"), config)
+    config.eval_splits = config.final_eval_splits = ()
+  assert sweep_lib.finished(str(tmp_path / "a"), config)  # nothing to evaluate: the last step's log is enough
 
 
 def test_select_and_unknown_names_fail_clearly():
