@@ -118,8 +118,21 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
       raw = json.load(f)["config"]
     with open(metrics_path, encoding="utf-8") as f:
       records = [json.loads(line) for line in f if line.strip()]
-    runs.append(RunRecord(workdir, flatten(raw), records, raw))
+    runs.append(RunRecord(workdir, flatten(with_engine_defaults(raw)), records, raw))
   return runs
+
+
+def with_engine_defaults(config: dict) -> dict:
+  """``config`` with each engine key it lacks set to its default (configs/base.py).
+
+  A record written before a key existed ran as that key's default does, so it
+  groups with the runs that record the default (``final_eval_splits = ()``).
+  """
+  from configs import base
+  from rpr import run_config
+
+  defaults = base.get_config().to_dict()
+  return {**{k: defaults[k] for k in run_config.ENGINE_KEYS if k in defaults and k not in config}, **config}
 
 
 def flatten(config: dict) -> dict:

@@ -181,3 +181,13 @@ def test_also_adds_a_column_per_metric(table2_runs, tmp_path):
   assert "| variant | test/exact_match | test/loss |" in table
   assert "| k=4 | 0.94 ± 0.04 [0.9, 0.98] | 2 ± 1.00 [1, 3] |" in table
   assert "| k=0 | 0.25 ± 0.05 [0.2, 0.3] | - |" in table
+
+
+def test_a_record_from_before_an_engine_key_existed_groups_with_its_default(tmp_path):
+  old = {**BASE, "max_distance": 4, "seed": 0}  # written before final_eval_splits / source_length_buckets
+  new = {**old, "seed": 1, "final_eval_splits": [], "source_length_buckets": []}
+  changed = {**new, "seed": 2, "final_eval_splits": ["test"]}
+  for name, config in (("a", old), ("b", new), ("c", changed)):
+    _workdir(tmp_path / name, config, [{"step": 10, "test/exact_match": 1.0}])
+  groups = report.group_runs(report.load_runs([str(tmp_path / "*")]))
+  assert sorted(sorted(r.seed for r in runs) for _, runs in groups) == [[0, 1], [2]]
