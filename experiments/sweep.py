@@ -95,7 +95,9 @@ def finished(workdir: str, config) -> bool:
     return False
   with open(path, encoding="utf-8") as f:
     records = [json.loads(line) for line in f if line.strip()]
-  splits = (*config.eval_splits, *config.get("final_eval_splits", ()))
+  from rpr import run_config
+
+  splits = run_config.evaluated_splits(config)
   last = {}
   for r in records:
     if r["step"] >= config.num_train_steps:

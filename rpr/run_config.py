@@ -46,6 +46,11 @@ ENGINE_KEYS = ("dataset", "seed", "batch_size", "eval_batch_size", "eval_splits"
                "beam_size", "beam_alpha", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints")
 
 
+def evaluated_splits(config, final: bool = True) -> tuple[str, ...]:
+  """The splits an evaluation step scores: ``eval_splits``, and at the last step (``final``) ``final_eval_splits``."""
+  return (*config.eval_splits, *(config.get("final_eval_splits", ()) if final else ()))
+
+
 class ConfigError(ValueError):
   """A user error in the run config or its workdir: the message names the bad thing and what is allowed."""
 
@@ -154,7 +159,9 @@ def _validate(config, num_devices: int) -> None:
       _fail(key, splits, "a tuple of split names")
     if entry.splits is not None and any(s not in entry.splits for s in splits):
       _fail(key, tuple(splits), f"names from {list(entry.splits)} (data set {config.dataset!r})")
-  splits = (*config.eval_splits, *config.get("final_eval_splits", ()))
+  splits = evaluated_splits(config)
+  if len(set(splits)) < len(splits):
+    _fail("final_eval_splits", tuple(config.final_eval_splits), f"splits not in eval_splits {tuple(config.eval_splits)}")
   synthetic_data = config.dataset in synthetic.KINDS
   if synthetic_data:
     _int(config, "min_length", 1)

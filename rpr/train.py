@@ -249,7 +249,7 @@ def train_and_evaluate(config, workdir: str, allow_config_change=()) -> dict[str
 
 def _evaluate_and_write(run: _Run, writer, step: int, final: bool) -> dict[str, float]:
   """Evaluates ``eval_splits``, and at the last step ``final_eval_splits`` too; writes and logs the metrics."""
-  splits = (*run.config.eval_splits, *(run.config.get("final_eval_splits", ()) if final else ()))
+  splits = run_config.evaluated_splits(run.config, final)
   if not splits:
     return {}
   t0 = time.time()

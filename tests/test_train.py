@@ -320,3 +320,15 @@ def test_user_errors_are_one_line_with_exit_status_2(tmp_path, args, message):
   assert "Traceback" not in proc.stderr
   debug = subprocess.run(cmd + ["--debug"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
   assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_final_eval_splits_are_scored_at_the_last_step_only(tmp_path):
+  config = tiny_config(**{**FAST, "eval_splits": ("valid",), "final_eval_splits": ("long",), "eval_every_steps": 4})
+  train.train_and_evaluate(config, str(tmp_path))
+  evaluated = {}
+  for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
+    r = json.loads(line)
+    evaluated.setdefault(r["step"], set()).update(k.split("/")[0] for k in r if k.endswith("/loss"))
+  assert evaluated[4] == {"train", "valid"} and evaluated[8] == {"train", "valid", "long"}
+  with pytest.raises(run_config.ConfigError, match="final_eval_splits"):
+    run_config.validate(tiny_config(eval_splits=("valid",), final_eval_splits=("valid",)), num_devices=1)
