@@ -22,6 +22,11 @@ bounds' three forms (whole set, fitted on train, test-split oracle), cached in
 other group reaches T. ``--attention`` draws the encoder attention maps of
 "21+211" and "12+1" from the lowest-seed run of each group (its checkpoint).
 
+``--curve M1 --curve M2 ...`` also draws ``curve.png``: per group, the mean
+(and min-max band) of the metrics M1, M2, ... in order, as one line over
+them: perplexity at 1x, 2x, 4x, 8x the context, or BLEU per source-length
+bucket.
+
 ``--x KEY`` orders the groups by a numeric config key and plots the metric
 against it (min-max whiskers, one dot per run). ``--by_length`` reads the
 per-length exact match (``<split>/exact_match_by_length/<n>``, written with
@@ -30,7 +35,8 @@ with the longest training length marked.
 
 Outputs in ``--out``: ``table.md`` (headed by the command that regenerates
 it), ``results.csv`` (one row per group, per length with ``--by_length``),
-``runs.json`` (every run's workdir, seed and values) and ``plot.png``.
+``runs.json`` (every run's workdir, seed and values) and ``plot.png``
+(and ``curve.png`` with ``--curve``).
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ _BOUND = flags.DEFINE_multi_enum("bound", [], ["bag", "reversal"],
 _TARGET = flags.DEFINE_float("target", None, "Check that every run of every unbounded group reaches this value.")
 _ALSO = flags.DEFINE_multi_string("also", [], "More metrics of the same runs: a column each (mean ± std [min, max]).")
 _ATTENTION = flags.DEFINE_bool("attention", False, "Arithmetic runs: encoder attention maps of the lowest-seed runs.")
+_CURVE = flags.DEFINE_multi_string("curve", [], "Metrics to draw in curve.png, in order, as one line per group over "
+                                   "them (e.g. test/perplexity, then test_x2/perplexity, ...).")
 
 IGNORED_KEYS = ("seed",)  # keys that differ between the runs of one group
 SHORT_NAMES = {"position": "pe", "max_distance": "k", "use_keys": "aK", "use_values": "aV",
@@ -319,6 +327,34 @@ def metric_plot(rows: Sequence[dict], metric: str, x: Optional[str], paper_table
   plt.close(fig)
 
 
+def curve_plot(runs: Sequence[RunRecord], rows: Sequence[dict], metrics: Sequence[str], path: str,
+               title: Optional[str] = None) -> dict[str, list[float]]:
+  """One line per group over ``metrics`` (in order): the mean over its runs, a min-max band; returns the means."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  by_workdir = {r.workdir: r for r in runs}
+  fig, ax = plt.subplots(figsize=(7.4, 4.2))
+  means = {}
+  for r in rows:
+    values = [[(by_workdir[run["workdir"]].last(m) or (None, math.nan))[1] for m in metrics] for run in r["runs"]]
+    values = np.array(values, dtype=float)
+    means[r["variant"]] = np.nanmean(values, axis=0).tolist()
+    line, = ax.plot(range(len(metrics)), means[r["variant"]], marker="o", label=r["variant"])
+    if len(values) > 1:
+      ax.fill_between(range(len(metrics)), np.nanmin(values, axis=0), np.nanmax(values, axis=0),
+                      color=line.get_color(), alpha=0.15, linewidth=0)
+  ax.set_xticks(range(len(metrics)), metrics, rotation=15, ha="right", fontsize=8)
+  ax.set_ylabel("mean over runs (band: min-max)")
+  ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+  ax.set_title(title or f"{metrics[0]} ... {metrics[-1]}")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120, metadata={"Software": None})
+  plt.close(fig)
+  return means
+
+
 # ----------------------------------------------------------------------------
 # Exact match against length.
 
@@ -408,11 +444,12 @@ def data_set_of(runs: Sequence[RunRecord]) -> str:
 def write_report(patterns: Sequence[str], out: str, metric: Optional[str] = None, x: Optional[str] = None,
                  paper_table: Optional[str] = None, by_length: bool = False, title: Optional[str] = None,
                  command: Optional[str] = None, bound: Sequence[str] = (), target: Optional[float] = None,
-                 attention: bool = False, also: Sequence[str] = ()) -> list[dict]:
+                 attention: bool = False, also: Sequence[str] = (), curve: Sequence[str] = ()) -> list[dict]:
   """Reads the runs, writes table.md, results.csv, runs.json and plot.png to ``out``; returns the rows."""
   from experiments import arithmetic
 
   bound = (bound,) if isinstance(bound, str) else tuple(bound or ())
+  curve = (curve,) if isinstance(curve, str) else tuple(curve or ())
   if set(bound) - set(arithmetic.VIEWS):
     raise ValueError(f"bound={list(bound)!r}; allowed: {list(arithmetic.VIEWS)}")
   runs = load_runs(patterns)
@@ -448,6 +485,8 @@ def write_report(patterns: Sequence[str], out: str, metric: Optional[str] = None
                [[r["variant"], r["x"], r["n"], r["steps"], r["mean"], r["std"], r["min"], r["max"], r["paper"]]
                 for r in rows])
     metric_plot(rows, metric, x, paper_table, os.path.join(out, "plot.png"), title, lines)
+    if curve:
+      curve_plot(runs, rows, curve, os.path.join(out, "curve.png"), title)
     what = f"{metric} at each run's last evaluation; std over runs with ddof 1"
     found = arithmetic.checks(rows, ceilings or {}, target)
     if found:
@@ -472,7 +511,7 @@ def main(argv):
   command = "python -m experiments.report " + " ".join(shlex.quote(a) for a in sys.argv[1:])
   write_report(argv[1:], _OUT.value, _METRIC.value, _X.value, _PAPER.value, _BY_LENGTH.value, _TITLE.value,
                command=command, bound=_BOUND.value, target=_TARGET.value, attention=_ATTENTION.value,
-               also=_ALSO.value)
+               also=_ALSO.value, curve=_CURVE.value)
   print(open(os.path.join(_OUT.value, "table.md"), encoding="utf-8").read())
 
 

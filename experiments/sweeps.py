@@ -164,19 +164,22 @@ register(Sweep(
 # tokens) is far longer than k, and translation of Bible verses (configs/translation.py). Seed-major, so a
 # partial sweep already covers every cell once.
 LM_K = (0, 1, 2, 4, 8, 16, 64, 256)
+# Validation, then test in windows of 1x, 2x, 4x and 8x the training context: columns, and the test ones as a curve.
+_LM_TEST = ("test/perplexity", "test_x2/perplexity", "test_x4/perplexity", "test_x8/perplexity")
+LM_LENGTHS_REPORT = ("--also", "validation/perplexity", *(w for m in _LM_TEST[1:] for w in ("--also", m)),
+                     *(w for m in _LM_TEST for w in ("--curve", m)))
 register(Sweep(
     "lm_clipping", "Shaw's clipping distance on real text: LM perplexity for k in 0 1 2 4 8 16 64 256, 3 seeds",
     _seeded([Run(f"k={k}", "configs/lm.py", f"pe=shaw,k={k}") for k in LM_K], seed_major=True),
-    report=("--metric", "test/perplexity", "--x", "max_distance")))
+    report=("--metric", "test/perplexity", "--x", "max_distance", *LM_LENGTHS_REPORT)))
 register(Sweep(
     "lm_length", "Train short, test long: every position scheme's LM perplexity at 1x, 2x, 4x, 8x its context",
     _seeded([Run(s, "configs/lm.py", f"pe={s}") for s in positions.SCHEMES], seed_major=True),
-    report=("--metric", "test/perplexity", "--also", "test_x2/perplexity", "--also", "test_x4/perplexity",
-            "--also", "test_x8/perplexity")))
+    report=("--metric", "test/perplexity", *LM_LENGTHS_REPORT)))
 # BLEU, chrF, then BLEU per source-length bucket (configs/translation.py's BUCKETS).
-TRANSLATION_REPORT = ("--metric", "test/bleu", "--also", "test/chrf",
-                      *(w for b in ("1-10", "11-20", "21-30", "31-40", "41-60", "61+")
-                        for w in ("--also", f"test/bleu_by_length/{b}")))
+_BUCKET_BLEU = tuple(f"test/bleu_by_length/{b}" for b in ("1-10", "11-20", "21-30", "31-40", "41-60", "61+"))
+TRANSLATION_REPORT = ("--metric", "test/bleu", "--also", "test/chrf", *(w for m in _BUCKET_BLEU for w in ("--also", m)),
+                      *(w for m in _BUCKET_BLEU for w in ("--curve", m)))
 register(Sweep(
     "translation_table1", "Table 1 on Bible FR-EN: Shaw vs sinusoidal, with T5, RoPE and ALiBi beside them",
     _seeded([Run(s, "configs/translation.py", f"pe={s}")

@@ -162,7 +162,8 @@ def test_bag_bound_is_the_runs_data_sets_and_needs_one_arithmetic_data_set(tmp_p
   pct = {k: f"{100 * v:.2f}%" for k, v in expected.items()}
   assert f"| whole data set | {pct['bag_all']} | n/a |" in table
   assert f"| fitted on train, scored on test | {pct['bag_fitted']} |" in table
-  assert "| all runs | 2 | 10 | 0.1500 |" in table and f"bag: {expected['bag_all']:.4f} / {expected['bag_test']:.4f}" in table
+  assert "| all runs | 2 | 10 | 0.1500 |" in table
+  assert f"bag: {expected['bag_all']:.4f} / {expected['bag_test']:.4f}" in table
   assert json.loads((out / "bounds.json").read_text())["bounds"]["bag_all"] == expected["bag_all"]
 
   _workdir(tmp_path / "runs" / "other" / "seed0", {**BASE, "dataset": "reverse", "seed": 0},
@@ -181,6 +182,17 @@ def test_also_adds_a_column_per_metric(table2_runs, tmp_path):
   assert "| variant | test/exact_match | test/loss |" in table
   assert "| k=4 | 0.94 ± 0.04 [0.9, 0.98] | 2 ± 1.00 [1, 3] |" in table
   assert "| k=0 | 0.25 ± 0.05 [0.2, 0.3] | - |" in table
+
+
+def test_curve_draws_each_group_as_a_line_over_the_metrics(table2_runs, tmp_path):
+  for workdir in (table2_runs / "k=4").glob("seed*"):
+    with open(workdir / "metrics.jsonl", "a") as f:
+      f.write("\n" + json.dumps({"step": 100, "test/loss": 1.0 + int(workdir.name[-1])}))
+  runs = report.load_runs([str(table2_runs / "k=4" / "*")])
+  rows = report.summarise(runs, "test/exact_match")
+  means = report.curve_plot(runs, rows, ["test/exact_match", "test/loss"], str(tmp_path / "curve.png"))
+  assert means == {rows[0]["variant"]: [pytest.approx(0.94), pytest.approx(2.0)]}
+  assert (tmp_path / "curve.png").stat().st_size > 0
 
 
 def test_a_record_from_before_an_engine_key_existed_groups_with_its_default(tmp_path):
