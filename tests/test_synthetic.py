@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from rpr import data
-from rpr.data.task import EOS, PAD
+from rpr.data.task import BOS, EOS, PAD, CharVocab
 
 
 def _config(dataset="reverse"):
@@ -47,3 +47,9 @@ def test_eval_batches_cover_the_split_once_with_padded_last_batch():
   np.testing.assert_array_equal(batches[0]["inputs"], again[0]["inputs"])
   with pytest.raises(ValueError, match="unknown split"):
     next(task.eval_batches("test"))
+
+
+def test_decode_stops_at_eos_and_skips_pad_and_bos():
+  vocab = CharVocab("ab")  # a = 3, b = 4
+  assert vocab.decode([BOS, 3, PAD, 4, EOS, 3, 4]) == "ab"
+  assert vocab.decode(np.array([4, 3, 3], np.int32)) == "baa"  # no EOS: everything

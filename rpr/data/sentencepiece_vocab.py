@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 import sentencepiece as spm
 from absl import logging
 
+from rpr import tokens
 from rpr.data.task import BOS, EOS, PAD
 
 UNK = 3
@@ -55,14 +56,7 @@ class SentencePieceVocab:
 
   def decode(self, ids: Sequence[int]) -> str:
     """Ids to text; stops at EOS, skips PAD and BOS."""
-    out = []
-    for i in ids:
-      i = int(i)
-      if i == EOS:
-        break
-      if i not in (PAD, BOS):
-        out.append(i)
-    return self._sp.decode(out)
+    return self._sp.decode(tokens.content(ids))
 
 
 def train_sentencepiece(

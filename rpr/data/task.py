@@ -14,6 +14,7 @@ from typing import Iterator, Protocol, Sequence
 
 import numpy as np
 
+from rpr import tokens
 from rpr.tokens import BOS, EOS, PAD  # noqa: F401  (re-exported: the ids every vocabulary reserves)
 
 
@@ -63,14 +64,7 @@ class CharVocab:
       raise ValueError(f"character {e.args[0]!r} is not in the vocabulary {self.chars!r}") from None
 
   def decode(self, ids: Sequence[int]) -> str:
-    out = []
-    for i in ids:
-      i = int(i)
-      if i == EOS:
-        break
-      if i >= 3:
-        out.append(self.chars[i - 3])
-    return "".join(out)
+    return "".join(self.chars[i - 3] for i in tokens.content(ids))
 
 
 def pad_batch(rows: Sequence[Sequence[int]], length: int, eos: bool = False) -> np.ndarray:
