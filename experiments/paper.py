@@ -34,7 +34,8 @@ def lookup(table: str, config: Mapping) -> Optional[float]:
   relative = config.get("position") == "shaw"
   if table == "table1":
     pe = "relative" if relative else "absolute" if config.get("position") == "sinusoidal" else None
-    size = {512: "base", 1024: "big"}.get(config.get("d_model"), config.get("preset"))
+    # The paper's widths name their row; any other (CPU-scale) model is set beside the base row.
+    size = {512: "base", 1024: "big"}.get(config.get("d_model"), config.get("preset") or "base")
     return TABLE1.get((size, pe))
   if not relative:
     return None

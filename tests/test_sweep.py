@@ -68,6 +68,13 @@ def test_wmt_sweeps_are_the_configs_cells_and_share_one_vocabulary():
       assert paper.lookup(f"table{table}", report.flatten(c.to_dict())) is not None
 
 
+def test_translation_table1_sets_shaw_and_sinusoidal_beside_the_base_row():
+  paper_bleu = {c.model.position: paper.lookup("table1", report.flatten(c.to_dict())) for _, c in _configs(
+      "translation_table1")}
+  assert paper_bleu == {"shaw": paper.TABLE1[("base", "relative")], "sinusoidal": paper.TABLE1[("base", "absolute")],
+                        "t5": None, "rope": None, "alibi_directional": None}
+
+
 def test_length_sweep_covers_every_scheme_with_three_seeds():
   runs = _configs("length")
   schemes = {c.model.position for _, c in runs}
