@@ -62,3 +62,33 @@ def _random_variables(model, *args, seed=0, scale=0.5, **kwargs):
 @pytest.fixture
 def random_variables():
   return _random_variables
+
+
+@pytest.fixture
+def spm_training_inputs(monkeypatch):
+  """The sentences every SentencePiece training of the test is fed, in order (the training itself still runs)."""
+  from rpr.data import sentencepiece_vocab
+  seen = []
+  train = sentencepiece_vocab.train_sentencepiece
+
+  def spy(sentences, *args, **kwargs):
+    sentences = list(sentences)
+    seen.extend(sentences)
+    return train(sentences, *args, **kwargs)
+
+  monkeypatch.setattr(sentencepiece_vocab, "train_sentencepiece", spy)
+  return seen
+
+
+def _assert_same_array_records(ours: str, again: str, splits: int = 3) -> None:
+  """Two generations of one TFDS builder wrote the same ``.array_record`` files, byte for byte."""
+  files = sorted(f for f in os.listdir(ours) if ".array_record" in f)
+  assert len(files) == splits and files == sorted(f for f in os.listdir(again) if ".array_record" in f)
+  for f in files:
+    with open(os.path.join(ours, f), "rb") as a, open(os.path.join(again, f), "rb") as b:
+      assert a.read() == b.read(), f
+
+
+@pytest.fixture
+def assert_same_array_records():
+  return _assert_same_array_records

@@ -13,7 +13,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from rpr.data import bible, corpus, sentencepiece_vocab
+from rpr.data import bible, corpus
 from rpr.data.task import EOS, PAD
 
 # book -> (chapters, verses per chapter); 1, 40 train; 8, 59 validation; 6, 42 test.
@@ -98,25 +98,13 @@ def test_splits_hold_whole_books_in_canonical_order_and_clean_text(data_dir):
       assert (r["fr"], r["en"]) == (french(*k), english(*k))  # markers and outer spaces gone
 
 
-def test_generation_is_deterministic(tmp_path, wheel, data_dir):
+def test_generation_is_deterministic(tmp_path, wheel, data_dir, assert_same_array_records):
   again = bible.prepare(str(tmp_path), *wheel)
-  ours = bible.BibleBuilder(data_dir=data_dir)
-  files = sorted(f for f in os.listdir(ours.data_dir) if ".array_record" in f)
-  assert len(files) == 3 and files == sorted(f for f in os.listdir(again.data_dir) if ".array_record" in f)
-  for f in files:
-    with open(os.path.join(ours.data_dir, f), "rb") as a, open(os.path.join(again.data_dir, f), "rb") as b:
-      assert a.read() == b.read()
+  assert_same_array_records(bible.BibleBuilder(data_dir=data_dir).data_dir, again.data_dir)
 
 
-def test_vocabulary_is_trained_on_the_train_split_only(tmp_path, wheel, monkeypatch):
-  seen = []
-  train = sentencepiece_vocab.train_sentencepiece
-
-  def spy(sentences, *args, **kwargs):
-    seen.extend(sentences)
-    return train(seen, *args, **kwargs)
-
-  monkeypatch.setattr(sentencepiece_vocab, "train_sentencepiece", spy)
+def test_vocabulary_is_trained_on_the_train_split_only(tmp_path, wheel, spm_training_inputs):
+  seen = spm_training_inputs
   task = make_task(str(tmp_path), wheel)
   train_keys = [k for k in verses() if SPLIT_OF_BOOK[k[0]] == "train"]
   assert sorted(seen) == sorted([french(*k) for k in train_keys] + [english(*k) for k in train_keys])

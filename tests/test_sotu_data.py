@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rpr import data
-from rpr.data import corpus, lm, sentencepiece_vocab, sotu
+from rpr.data import corpus, lm, sotu
 from rpr.data.task import BOS, EOS, PAD
 
 # (year, president, party): 1994 twice, so the order inside a year is by name.
@@ -82,24 +82,13 @@ def test_splits_hold_whole_addresses_in_year_then_name_order(data_dir):
   assert (ORDER[4], ORDER[5]) == ((1994, "aaron_first", "w"), (1994, "president_a", "d"))
 
 
-def test_generation_is_deterministic(tmp_path, tarball, data_dir):
-  again, ours = sotu.prepare(str(tmp_path), *tarball), sotu.SotuBuilder(data_dir=data_dir)
-  files = sorted(f for f in os.listdir(ours.data_dir) if ".array_record" in f)
-  assert len(files) == 3 and files == sorted(f for f in os.listdir(again.data_dir) if ".array_record" in f)
-  for f in files:
-    with open(os.path.join(ours.data_dir, f), "rb") as a, open(os.path.join(again.data_dir, f), "rb") as b:
-      assert a.read() == b.read()
+def test_generation_is_deterministic(tmp_path, tarball, data_dir, assert_same_array_records):
+  again = sotu.prepare(str(tmp_path), *tarball)
+  assert_same_array_records(sotu.SotuBuilder(data_dir=data_dir).data_dir, again.data_dir)
 
 
-def test_vocabulary_is_trained_on_the_train_addresses_only(tmp_path, tarball, monkeypatch):
-  seen = []
-  train = sentencepiece_vocab.train_sentencepiece
-
-  def spy(sentences, *args, **kwargs):
-    seen.extend(sentences)
-    return train(seen, *args, **kwargs)
-
-  monkeypatch.setattr(sentencepiece_vocab, "train_sentencepiece", spy)
+def test_vocabulary_is_trained_on_the_train_addresses_only(tmp_path, tarball, spm_training_inputs):
+  seen = spm_training_inputs
   sotu.prepare(str(tmp_path), *tarball)
   first = data.get_task(config(str(tmp_path), tarball[0]))
   train_texts = [body(y, p) for i, (y, p, _) in enumerate(ORDER) if sotu.split_of(i) == "train"]
