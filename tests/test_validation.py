@@ -7,13 +7,13 @@ import re
 import subprocess
 import sys
 
-import ml_collections
 import pytest
 
 from configs import base
 from rpr import data
 from rpr import run_config
 from rpr import train
+from test_properties import config_with
 from test_train import ROOT, tiny_config
 
 # configs/tiny.py: copy, strings of 1-6 digits, the long split 7-8, model.max_length 64.
@@ -65,18 +65,6 @@ def test_run_py_gives_one_line_and_exit_status_2(tmp_path, args, message):
   assert "Traceback" not in proc.stderr and not workdir.exists()
 
 
-def _config_with(path: str, value, setup=()):
-  """configs/tiny.py with ``value`` at the dotted ``path``, built from a plain dict so the value keeps its type."""
-  tree = tiny_config().to_dict()
-  for key, v in (*setup, (path, value)):
-    *parents, leaf = key.split(".")
-    node = tree
-    for p in parents:
-      node = node[p]
-    node[leaf] = v
-  return ml_collections.ConfigDict(tree)
-
-
 TYPED_BAD = [
     ("eval_by_length", 1, r"config.eval_by_length = 1 is not allowed; allowed: True or False$"),
     ("eval_by_length", 0.0, r"config.eval_by_length = 0.0 is not allowed; allowed: True or False$"),
@@ -97,7 +85,7 @@ TYPED_BAD = [
 @pytest.mark.parametrize("path, value, message", TYPED_BAD, ids=[f"{p}={v!r:.10}" for p, v, _ in TYPED_BAD])
 def test_a_value_of_the_wrong_type_or_beyond_the_floats_names_the_key(path, value, message):
   with pytest.raises(run_config.ConfigError, match=message):
-    run_config.validate(_config_with(path, value), num_devices=1)
+    run_config.validate(config_with(path, value), num_devices=1)
 
 
 def test_an_unknown_top_level_key_fails_naming_it():
