@@ -278,7 +278,8 @@ def metric_table(rows: Sequence[dict], metric: str, paper_table: Optional[str],
 
 
 def also_table(runs: Sequence[RunRecord], rows: Sequence[dict], metrics: Sequence[str]) -> str:
-  """Per group (as in ``rows``), each metric's mean ± std [min, max] over the group's runs at their last value."""
+  """Per group (as in ``rows``), each metric's mean ± std [min, max] over the group's runs at their last value
+  (the value alone for a group of one run)."""
   by_workdir = {r.workdir: r for r in runs}
   body = []
   for r in rows:
@@ -286,8 +287,8 @@ def also_table(runs: Sequence[RunRecord], rows: Sequence[dict], metrics: Sequenc
     for metric in metrics:
       values = [v for v in (by_workdir[run["workdir"]].last(metric) for run in r["runs"]) if v is not None]
       s = spread([v for _, v in values]) if values else None
-      cells.append("-" if s is None else f"{s['mean']:.4g} ± {_fmt(s['std'], 2) if s['n'] > 1 else '-'} "
-                                         f"[{s['min']:.4g}, {s['max']:.4g}]")
+      cells.append("-" if s is None else f"{s['mean']:.4g}" if s["n"] == 1 else
+                   f"{s['mean']:.4g} ± {_fmt(s['std'], 2)} [{s['min']:.4g}, {s['max']:.4g}]")
     body.append(cells)
   return _markdown(["variant", *metrics], body)
 

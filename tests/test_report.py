@@ -182,6 +182,9 @@ def test_also_adds_a_column_per_metric(table2_runs, tmp_path):
   assert "| variant | test/exact_match | test/loss |" in table
   assert "| k=4 | 0.94 ± 0.04 [0.9, 0.98] | 2 ± 1.00 [1, 3] |" in table
   assert "| k=0 | 0.25 ± 0.05 [0.2, 0.3] | - |" in table
+  report.write_report([str(table2_runs / "k=4" / "seed0")], str(tmp_path / "one"), metric="test/exact_match",
+                      also=["test/loss"])
+  assert "| all runs | 0.9 | 1 |" in (tmp_path / "one" / "table.md").read_text()  # one run: its value alone
 
 
 def test_curve_draws_each_group_as_a_line_over_the_metrics(table2_runs, tmp_path):
