@@ -321,7 +321,7 @@ def metric_plot(rows: Sequence[dict], metric: str, x: Optional[str], paper_table
     twin.plot([p for p, r in zip(pos, rows) if r["paper"] is not None],
               [r["paper"] for r in rows if r["paper"] is not None], "s--" if x else "s", color="tab:red", alpha=0.8)
     twin.set_ylabel(f"paper BLEU ({paper_table}, red)", color="tab:red")
-  ax.legend(loc="lower right", fontsize=8)
+  ax.legend(loc="best", fontsize=8)
   ax.set_title(title or metric)
   fig.tight_layout()
   fig.savefig(path, dpi=120, metadata={"Software": None})
