@@ -172,10 +172,15 @@ def test_bag_bound_is_the_runs_data_sets_and_needs_one_arithmetic_data_set(tmp_p
     report.write_report([str(tmp_path / "runs" / "*" / "*")], str(out), metric="test/exact_match", bound="bag")
 
 
-def test_also_adds_a_column_per_metric(table2_runs, tmp_path):
-  for workdir in (table2_runs / "k=4").glob("seed*"):  # a second metric in every run of one group
+def _add_loss(table2_runs):
+  """A second metric, test/loss = 1 + seed, in every run of the k=4 group."""
+  for workdir in (table2_runs / "k=4").glob("seed*"):
     with open(workdir / "metrics.jsonl", "a") as f:
       f.write("\n" + json.dumps({"step": 100, "test/loss": 1.0 + int(workdir.name[-1])}))
+
+
+def test_also_adds_a_column_per_metric(table2_runs, tmp_path):
+  _add_loss(table2_runs)
   report.write_report([str(table2_runs / "*" / "*")], str(tmp_path / "out"), metric="test/exact_match",
                       x="max_distance", also=["test/loss"])
   table = (tmp_path / "out" / "table.md").read_text()
@@ -196,9 +201,7 @@ def test_also_adds_a_column_per_metric(table2_runs, tmp_path):
 
 
 def test_curve_draws_each_group_as_a_line_over_the_metrics(table2_runs, tmp_path):
-  for workdir in (table2_runs / "k=4").glob("seed*"):
-    with open(workdir / "metrics.jsonl", "a") as f:
-      f.write("\n" + json.dumps({"step": 100, "test/loss": 1.0 + int(workdir.name[-1])}))
+  _add_loss(table2_runs)
   runs = report.load_runs([str(table2_runs / "k=4" / "*")])
   rows = report.summarise(runs, "test/exact_match")
   means = report.curve_plot(runs, rows, ["test/exact_match", "test/loss"], str(tmp_path / "curve.png"))
