@@ -242,6 +242,9 @@ def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False) ->
       with open(path, encoding="utf-8") as f:
         record = json.load(f)
       old = _flat(record["config"])
+      # A position option added since the record was written, at its default, changes nothing.
+      old.update({f"model.position_options.{k}": v for k, v in positions.options().items()
+                  if f"model.position_options.{k}" not in old and "model.position" in old})
     except (OSError, ValueError, KeyError, TypeError) as e:
       raise ConfigError(f"{path} does not read as a run record ({type(e).__name__}: {e}); allowed: the config.json "
                         "of the run that wrote the checkpoints") from None

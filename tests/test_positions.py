@@ -99,9 +99,10 @@ def test_parametrised_scheme_lists_are_the_registry():
     ("t5", dict(num_buckets=32, bucket_max_distance=8),
      r"t5 bucket_max_distance \(8\) must be >= num_buckets \(32\)"),
     ("rope", dict(rope_base=1.0), r"rope_base must be > 1, got 1\.0"),
+    ("learned", dict(learned_init_std=0.0), r"learned_init_std must be > 0, got 0\.0"),
     # check_options: a name no scheme declares, or a value of the wrong type.
     ("alibi", dict(alibi_directional=True), r"unknown position option 'alibi_directional'; allowed: "
-                                            r"\['bucket_max_distance', 'max_distance', 'num_buckets', 'rope_base', "
+                                            r"\['bucket_max_distance', 'learned_init_std', 'max_distance', 'num_buckets', 'rope_base', "
                                             r"'share_heads', 'use_keys', 'use_values'\]"),
     ("shaw", dict(max_distance=2.5), r"position option max_distance = 2\.5 is not allowed; allowed: a int"),
     ("shaw", dict(use_keys=1), r"position option use_keys = 1 is not allowed; allowed: a bool"),
@@ -122,13 +123,24 @@ def test_learned_rejects_max_length_below_1():
     positions.make("learned", 2, 4, max_length=0)
 
 
+@pytest.mark.parametrize("std", [0.02, 1.0])
+def test_learned_table_starts_at_learned_init_std(std):
+  scheme = positions.make("learned", 2, 4, max_length=4096, options=dict(learned_init_std=std))
+  x = jnp.zeros((1, 3, 64))
+  table = scheme.init(jax.random.PRNGKey(0), x, method="embed")["params"]["embedding"]
+  assert table.shape == (4096, 64)
+  np.testing.assert_allclose(float(jnp.std(table)), std, rtol=0.02)
+
+
 def test_options_list_every_scheme_option_with_its_default():
   assert positions.options() == dict(max_distance=16, use_keys=True, use_values=True, share_heads=False,
-                                     num_buckets=32, bucket_max_distance=128, rope_base=10000.0)
+                                     num_buckets=32, bucket_max_distance=128, rope_base=10000.0,
+                                     learned_init_std=0.02)
   assert positions.scheme_options("shaw") == dict(max_distance=16, use_keys=True, use_values=True, share_heads=False)
   assert positions.scheme_options("t5") == dict(num_buckets=32, bucket_max_distance=128)
   assert positions.scheme_options("rope") == dict(rope_base=10000.0)
-  for name in ("none", "sinusoidal", "learned", "alibi", "alibi_directional"):
+  assert positions.scheme_options("learned") == dict(learned_init_std=0.02)
+  for name in ("none", "sinusoidal", "alibi", "alibi_directional"):
     assert positions.scheme_options(name) == {}, name
   positions.check_options(positions.options())
   positions.check_options(dict(rope_base=500, share_heads=True))  # an int where a float is expected is fine

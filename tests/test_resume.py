@@ -175,6 +175,20 @@ def test_cosine_makes_num_train_steps_unsafe_to_change(tmp_path):
   run_config.validate(config, num_devices=1, workdir=str(workdir), allow_changes=["num_train_steps"])
 
 
+def test_a_position_option_added_since_the_record_resumes_at_its_default_only(tmp_path):
+  # Runs recorded before the scheme registry gained an option lack its key; at its default it changes nothing.
+  workdir = tmp_path / "run"
+  (workdir / "checkpoints" / "2").mkdir(parents=True)
+  config = tiny_config()
+  record = json.loads(config.to_json_best_effort())
+  del record["model"]["position_options"]["learned_init_std"]
+  (workdir / "config.json").write_text(json.dumps({"config": record}))
+  run_config.validate(config, num_devices=1, workdir=str(workdir))
+  config.model.position_options.learned_init_std = 1.0
+  with pytest.raises(run_config.ConfigError, match=r"model.position_options.learned_init_std 0.02 -> 1.0"):
+    run_config.validate(config, num_devices=1, workdir=str(workdir))
+
+
 @pytest.mark.parametrize("case", ["no_checkpoint_restores", "changed_config"])
 def test_run_py_reports_either_in_one_line_with_exit_status_2(runs, tmp_path, compilation_cache, case):
   workdir = copy_of_six(runs, tmp_path)

@@ -185,16 +185,23 @@ class Sinusoidal(Scheme):
 class Learned(Scheme):
   """Absolute learned embedding per position (``max_length`` rows)."""
 
+  # Standard deviation of the table at initialisation: GPT-2's and BERT's 0.02. The model scales its
+  # token embeddings by sqrt(d_model) to unit variance, so the rows start 50 times smaller than the
+  # tokens they are added to; in the LM, starting them at the tokens' scale (1.0) did worse.
+  learned_init_std: float = 0.02
+
   def check(self) -> None:
     if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 1:
       raise ValueError(f"max_length must be >= 1 for 'learned', got {self.max_length}")
+    if not self.learned_init_std > 0:
+      raise ValueError(f"learned_init_std must be > 0, got {self.learned_init_std}")
 
   @nn.compact
   def embed(self, x: Array, offset=0) -> Array:
     n = self.max_length
     if x.shape[1] > n:
       raise ValueError(f"sequence length {x.shape[1]} exceeds the learned table's max_length {n}")
-    table = self.param("embedding", nn.initializers.normal(0.02), (n, x.shape[-1]))
+    table = self.param("embedding", nn.initializers.normal(self.learned_init_std), (n, x.shape[-1]))
     rows = jax.lax.dynamic_slice_in_dim(table, jnp.asarray(offset, jnp.int32), x.shape[1])
     return x + rows.astype(x.dtype)[None]
 
