@@ -131,7 +131,7 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
 
 
 def with_engine_defaults(config: dict) -> dict:
-  """``config`` with each engine key it lacks set to its default (configs/base.py).
+  """``config`` with each engine key and position option it lacks set to its default (configs/base.py).
 
   A record written before a key existed ran as that key's default does, so it
   groups with the runs that record the default (``final_eval_splits = ()``).
@@ -140,6 +140,7 @@ def with_engine_defaults(config: dict) -> dict:
   from rpr import run_config
 
   defaults = base.get_config().to_dict()
+  config = run_config.with_new_options(config)
   return {**{k: defaults[k] for k in run_config.ENGINE_KEYS if k in defaults and k not in config}, **config}
 
 

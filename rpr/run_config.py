@@ -225,6 +225,17 @@ def _flat(tree: dict, prefix: str = "") -> dict:
   return out
 
 
+def with_new_options(recorded: dict) -> dict:
+  """A recorded config (``config.json``) with each position option it lacks set to its default.
+
+  A run recorded before the scheme registry gained an option ran as that option's default does.
+  """
+  model = recorded.get("model")
+  if not isinstance(model, dict) or not isinstance(model.get("position_options"), dict):
+    return recorded
+  return {**recorded, "model": {**model, "position_options": {**positions.options(), **model["position_options"]}}}
+
+
 def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False) -> None:
   """Refuses to resume ``workdir`` with a config that differs from its ``config.json`` in an unsafe key.
 
@@ -241,10 +252,7 @@ def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False) ->
     try:
       with open(path, encoding="utf-8") as f:
         record = json.load(f)
-      old = _flat(record["config"])
-      # A position option added since the record was written, at its default, changes nothing.
-      old.update({f"model.position_options.{k}": v for k, v in positions.options().items()
-                  if f"model.position_options.{k}" not in old and "model.position" in old})
+      old = _flat(with_new_options(record["config"]))
     except (OSError, ValueError, KeyError, TypeError) as e:
       raise ConfigError(f"{path} does not read as a run record ({type(e).__name__}: {e}); allowed: the config.json "
                         "of the run that wrote the checkpoints") from None
