@@ -204,4 +204,6 @@ register(Sweep(
     "test on longer",
     _seeded([Run(s, "configs/translation.py", f"pe={s},short={TRANSLATION_SHORT}")
              for s in ("sinusoidal", "shaw", "t5", "rope", "alibi_directional")], seed_major=True),
-    report=("--metric", "test_long/bleu", "--also", "test_long/chrf", "--also", "test/bleu")))
+    # Test BLEU per source-length bucket: the buckets up to 30 pieces hold lengths seen in training.
+    report=("--metric", "test_long/bleu", "--also", "test_long/chrf", "--also", "test/bleu",
+            *(w for m in _BUCKET_BLEU for w in ("--also", m)), *(w for m in _BUCKET_BLEU for w in ("--curve", m)))))
