@@ -102,8 +102,8 @@ def test_parametrised_scheme_lists_are_the_registry():
     ("learned", dict(learned_init_std=0.0), r"learned_init_std must be > 0, got 0\.0"),
     # check_options: a name no scheme declares, or a value of the wrong type.
     ("alibi", dict(alibi_directional=True), r"unknown position option 'alibi_directional'; allowed: "
-                                            r"\['bucket_max_distance', 'learned_init_std', 'max_distance', 'num_buckets', 'rope_base', "
-                                            r"'share_heads', 'use_keys', 'use_values'\]"),
+                                            r"\['bucket_max_distance', 'learned_init_std', 'max_distance', "
+                                            r"'num_buckets', 'rope_base', 'share_heads', 'use_keys', 'use_values'\]"),
     ("shaw", dict(max_distance=2.5), r"position option max_distance = 2\.5 is not allowed; allowed: a int"),
     ("shaw", dict(use_keys=1), r"position option use_keys = 1 is not allowed; allowed: a bool"),
     ("shaw", dict(max_distance=True), r"position option max_distance = True is not allowed; allowed: a int"),
