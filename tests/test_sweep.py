@@ -1,5 +1,6 @@
 """experiments.sweep: every registered sweep expands into valid configs; printing, skipping finished runs, failures."""
 
+import dataclasses
 import json
 import pathlib
 import subprocess
@@ -182,3 +183,32 @@ def test_worker_command_drops_the_workers_flag_in_either_spelling():
   assert sweep_lib._without_flag(["arithmetic_full", "--workers", "2", "--seeds", "1"], "workers") == [
       "arithmetic_full", "--seeds", "1"]
   assert sweep_lib._without_flag(["--workers=2", "x", "--workersfoo=1"], "workers") == ["x", "--workersfoo=1"]
+
+
+def test_a_shared_cell_is_the_other_sweeps_run_with_the_same_config():
+  shared = [(s, r) for s in sweeps.SWEEPS.values() for r in s.runs if r.same_as]
+  assert {(s.name, r.name) for s, r in shared} == {
+      ("translation_table2", "k=16"), ("translation_table3", "av=on,ak=on"), ("lm_length", "shaw")}
+  for s, run in shared:
+    other_sweep, other_name = run.same_as.split("/")
+    (other,) = [r for r in sweeps.get(other_sweep).runs if r.name == other_name and r.seed == run.seed]
+    assert run.workdir("root", s.name) == other.workdir("root", other_sweep)  # trained once, counted once
+    assert sweep_lib.load_config(run, "root").to_dict() == sweep_lib.load_config(other, "root").to_dict()
+
+
+def test_report_command_reads_the_shared_runs_into_the_committed_directory():
+  words = sweep_lib.report_command(sweeps.get("translation_table3"), "experiments/results").split()
+  assert words[3:5] == ["'experiments/results/translation_table3/*/*'",
+                        "'experiments/results/translation_table1/shaw/*'"]
+  assert words[-2:] == ["--out", "experiments/results/translation/table3"]
+
+
+def test_prepare_data_makes_each_data_config_once_before_the_workers_start(monkeypatch):
+  made = []
+  for name in ("sotu", "bible_fr_en"):
+    monkeypatch.setitem(data.REGISTRY, name, dataclasses.replace(data.REGISTRY[name], prepare=made.append))
+  assert sweep_lib.prepare_data(sweeps.get("lm_clipping").runs, "root") == 1  # 24 runs, one data config
+  runs = sweeps.get("translation_table1").runs + sweeps.get("translation_short").runs
+  assert sweep_lib.prepare_data(runs, "root") == 2  # all lengths; training on <= 30 pieces
+  assert [c.dataset for c in made] == ["sotu", "bible_fr_en", "bible_fr_en"]
+  assert [c.train_max_source_tokens for c in made[1:]] == [None, sweeps.TRANSLATION_SHORT]

@@ -11,7 +11,11 @@ their batches by the device count. ``batch_by_tokens=True`` marks data sets
 whose batches hold a token budget instead of ``config.batch_size`` rows (which
 may then be None). ``keys`` names the config keys the factory reads besides
 the engine's (``rpr.run_config.ENGINE_KEYS``): a run config with a key that
-neither the engine nor any registered data set reads is refused.
+neither the engine nor any registered data set reads is refused. ``prepare``
+(optional) makes the files that every run of a config shares (generated data,
+vocabulary) if they are absent: :func:`prepare` calls it, so that a sweep
+makes them once before its parallel workers start, instead of each worker
+racing to make them.
 
 Registered: ``copy`` and ``reverse`` (synthetic digit strings, in memory; see
 :mod:`rpr.data.synthetic`); ``arithmetic`` (seed 002's ``i+j`` / ``i-j``, a
@@ -38,17 +42,19 @@ class Entry:
   run_context: bool = False  # the factory also takes the run's workdir and device count
   batch_by_tokens: bool = False  # batches hold a token budget; config.batch_size is not used
   keys: tuple[str, ...] = ()  # config keys the factory reads besides rpr.run_config.ENGINE_KEYS
+  prepare: Optional[Callable[..., None]] = None  # config -> None: makes the runs' shared files if absent
 
 
 REGISTRY: dict[str, Entry] = {}
 
 
 def register(name: str, factory: Callable[..., Task], splits: Optional[tuple[str, ...]] = None, *,
-             run_context: bool = False, batch_by_tokens: bool = False, keys: tuple[str, ...] = ()) -> None:
+             run_context: bool = False, batch_by_tokens: bool = False, keys: tuple[str, ...] = (),
+             prepare: Optional[Callable[..., None]] = None) -> None:
   if name in REGISTRY:
     raise ValueError(f"data set {name!r} is already registered")
   REGISTRY[name] = Entry(factory, tuple(splits) if splits is not None else None, run_context, batch_by_tokens,
-                         tuple(keys))
+                         tuple(keys), prepare)
 
 
 def names() -> list[str]:
@@ -72,6 +78,15 @@ def get_task(config, workdir: Optional[str] = None, num_devices: int = 1) -> Tas
   return e.factory(config, workdir, num_devices)
 
 
+def prepare(config) -> bool:
+  """Makes the files the runs of ``config`` share, if absent; whether ``config.dataset`` has any to make."""
+  e = entry(config.get("dataset"))
+  if e.prepare is None:
+    return False
+  e.prepare(config)
+  return True
+
+
 def _synthetic(kind: str):
   def factory(config):
     from rpr.data import synthetic
@@ -89,7 +104,15 @@ def _arithmetic(config):
   return arithmetic.from_config(config)
 
 
-register("arithmetic", _arithmetic, splits=("test",), keys=("arithmetic_config", "data_dir"))
+def _prepare_arithmetic(config):
+  import os
+
+  from rpr.data import arithmetic
+  arithmetic.prepare(config.arithmetic_config, os.path.expanduser(config.data_dir))
+
+
+register("arithmetic", _arithmetic, splits=("test",), keys=("arithmetic_config", "data_dir"),
+         prepare=_prepare_arithmetic)
 
 
 def _wmt14(config, workdir: str, num_devices: int):
@@ -123,9 +146,15 @@ def _bible_fr_en(config, workdir: str, num_devices: int):
   return bible.from_config(config, num_devices)
 
 
+def _prepare_bible_fr_en(config):
+  from rpr.data import bible
+  bible.prepare_from_config(config)
+
+
 register("bible_fr_en", _bible_fr_en, splits=("validation", "test", "test_long"), run_context=True,
          batch_by_tokens=True, keys=("data_dir", "corpus_dir", "vocab_size", "train_max_source_tokens",
-                                     "tokens_per_batch", "max_length", "bucket_boundaries", "spm_hard_vocab_limit"))
+                                     "tokens_per_batch", "max_length", "bucket_boundaries", "spm_hard_vocab_limit"),
+         prepare=_prepare_bible_fr_en)
 
 
 def _sotu(config):
@@ -133,5 +162,11 @@ def _sotu(config):
   return sotu.from_config(config)
 
 
+def _prepare_sotu(config):
+  from rpr.data import sotu
+  sotu.prepare_from_config(config)
+
+
 register("sotu", _sotu, splits=("validation", "test", "test_x2", "test_x4", "test_x8"),
-         keys=("data_dir", "corpus_dir", "vocab_size", "lm_context_length", "spm_hard_vocab_limit"))
+         keys=("data_dir", "corpus_dir", "vocab_size", "lm_context_length", "spm_hard_vocab_limit"),
+         prepare=_prepare_sotu)

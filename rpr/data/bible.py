@@ -133,6 +133,19 @@ def prepare(data_dir: str, corpus_dir: str = corpus.DEFAULT_CORPUS_DIR,
   return builder
 
 
+def data_and_vocab(data_dir: str, corpus_dir: str = corpus.DEFAULT_CORPUS_DIR,
+                   vocab_size: int = DEFAULT_VOCAB_SIZE, hard_vocab_limit: bool = True,
+                   sha256: str | None = WHEEL_SHA256):
+  """(builder, ``{split: (French, English) verses}``, the vocabulary trained on ``train``), made if absent."""
+  builder = prepare(data_dir, corpus_dir, sha256)
+  texts = {}
+  for split in SPLITS:
+    records = corpus.read_split(builder, split)
+    texts[split] = ([r["fr"] for r in records], [r["en"] for r in records])
+  fr, en = texts["train"]
+  return builder, texts, corpus.vocabulary(builder, lambda: fr + en, vocab_size, hard_vocab_limit)
+
+
 class BibleTask(TranslationTask):
   """French -> English verses implementing ``rpr.data.task.Task`` (see the module docstring)."""
 
@@ -145,13 +158,8 @@ class BibleTask(TranslationTask):
 
     Batching arguments: see ``rpr.data.text.TranslationTask``; ``sha256``: see ``BibleBuilder``.
     """
-    self.builder = builder = prepare(data_dir, corpus_dir, sha256)
-    self.texts = {}
-    for split in SPLITS:
-      records = corpus.read_split(builder, split)
-      self.texts[split] = ([r["fr"] for r in records], [r["en"] for r in records])
+    self.builder, self.texts, vocab = data_and_vocab(data_dir, corpus_dir, vocab_size, spm_hard_vocab_limit, sha256)
     fr, en = self.texts["train"]
-    vocab = corpus.vocabulary(builder, lambda: fr + en, vocab_size, spm_hard_vocab_limit)
     self.train_max_source_tokens = train_max_source_tokens
     if train_max_source_tokens is not None:
       fr, en = self._by_source_length(fr, en, vocab, longer=False)
@@ -185,9 +193,20 @@ def from_config(config, num_devices: int = 1) -> BibleTask:
   keys take ``BibleTask``'s defaults. Batch sizes are multiples of
   ``num_devices``.
   """
-  keys = ("data_dir", "corpus_dir", "vocab_size", "train_max_source_tokens", "tokens_per_batch", "max_length",
-          "bucket_boundaries", "seed", "eval_batch_size", "spm_hard_vocab_limit")
-  kwargs = {k: config.get(k) for k in keys if config.get(k) is not None}
+  kwargs = _task_kwargs(config)
   if "bucket_boundaries" in kwargs:
     kwargs["bucket_boundaries"] = tuple(kwargs["bucket_boundaries"])
   return BibleTask(batch_multiple=num_devices, **kwargs)
+
+
+def _task_kwargs(config) -> dict:
+  keys = ("data_dir", "corpus_dir", "vocab_size", "train_max_source_tokens", "tokens_per_batch", "max_length",
+          "bucket_boundaries", "seed", "eval_batch_size", "spm_hard_vocab_limit")
+  return {k: config.get(k) for k in keys if config.get(k) is not None}
+
+
+def prepare_from_config(config) -> None:
+  """Generates the data and trains the vocabulary a run config reads, if absent: what its runs share."""
+  kwargs = _task_kwargs(config)
+  data_and_vocab(kwargs.get("data_dir", corpus.DEFAULT_DATA_DIR), kwargs.get("corpus_dir", corpus.DEFAULT_CORPUS_DIR),
+                 kwargs.get("vocab_size", DEFAULT_VOCAB_SIZE), kwargs.get("spm_hard_vocab_limit", True), WHEEL_SHA256)

@@ -31,6 +31,7 @@ tokens (default 256) at random offsets; eval splits ``validation`` and
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tarfile
@@ -129,9 +130,10 @@ def lines(texts: list[str]) -> list[str]:
   return out
 
 
-def texts_and_vocab(data_dir: str, corpus_dir: str, vocab_size: int, hard_vocab_limit: bool = True):
+def texts_and_vocab(data_dir: str, corpus_dir: str, vocab_size: int, hard_vocab_limit: bool = True,
+                    sha256: str | None = TARBALL_SHA256):
   """(``{split: address texts}``, the vocabulary trained on ``train``), generating the data if needed."""
-  builder = prepare(data_dir, corpus_dir)
+  builder = prepare(data_dir, corpus_dir, sha256)
   texts = {split: [r["text"] for r in corpus.read_split(builder, split)] for split in SPLITS}
   vocab = corpus.vocabulary(builder, lambda: lines(texts["train"]), vocab_size, hard_vocab_limit)
   return texts, vocab
@@ -146,14 +148,26 @@ def from_config(config) -> DocumentLMTask:
   (default 256), ``batch_size``, ``eval_batch_size``, ``seed`` and
   ``spm_hard_vocab_limit`` (default True).
   """
-  def get(key, default):
-    value = config.get(key)
-    return default if value is None else value
-
-  texts, vocab = texts_and_vocab(get("data_dir", corpus.DEFAULT_DATA_DIR), get("corpus_dir", corpus.DEFAULT_CORPUS_DIR),
-                                 get("vocab_size", DEFAULT_VOCAB_SIZE), get("spm_hard_vocab_limit", True))
+  get = functools.partial(_get, config)
+  texts, vocab = _texts_and_vocab(config)
   ids = {split: vocab.encode_batch(docs) for split, docs in texts.items()}
   return DocumentLMTask(vocab, ids["train"], {"validation": ids["validation"], "test": ids["test"]},
                         context_length=get("lm_context_length", DEFAULT_CONTEXT_LENGTH),
                         batch_size=config.batch_size, eval_batch_size=config.eval_batch_size,
                         seed=get("seed", 0))
+
+
+def _get(config, key, default):
+  value = config.get(key)
+  return default if value is None else value
+
+
+def _texts_and_vocab(config):
+  get = functools.partial(_get, config)
+  return texts_and_vocab(get("data_dir", corpus.DEFAULT_DATA_DIR), get("corpus_dir", corpus.DEFAULT_CORPUS_DIR),
+                         get("vocab_size", DEFAULT_VOCAB_SIZE), get("spm_hard_vocab_limit", True), TARBALL_SHA256)
+
+
+def prepare_from_config(config) -> None:
+  """Generates the data and trains the vocabulary a run config reads, if absent: what its runs share."""
+  _texts_and_vocab(config)
