@@ -18,6 +18,9 @@ Registered:
   every position scheme (ALiBi also directional, Shaw also with k = 4), trained
   on 1-12 digits, tested on 1-24; 3 seeds.
 * ``length_tiny``: two schemes of the tiny length config (seconds; tests).
+* ``arithmetic``, ``arithmetic_full``: seed 002's "12+1" comparison, every scheme.
+* Real text: ``lm_clipping``, ``lm_length``, ``lm_table3`` (State of the Union LM) and
+  ``translation_table1`` / ``2`` / ``3``, ``translation_short`` (Bible FR-EN).
 """
 
 from __future__ import annotations
@@ -107,13 +110,21 @@ register(Sweep(
     report=("--metric", "test/exact_match", "--x", "max_distance", "--paper", "table2", "--bound", "bag"),
     results="clipping/table2"))
 
+def _table3_cells(config: str, overrides=(), both_on: str = "") -> list[Run]:
+  """Shaw's Table 3 cells of ``config`` at k = 16 (the run-config keys use_values and use_keys): a^V and a^K each on or off, in the paper's row order.
+
+  ``both_on``: the other sweep's run that is the a^V-and-a^K cell (``Run.same_as``).
+  """
+  return [Run(f"av={_bool(av)},ak={_bool(ak)}", config, "pe=shaw,k=16",
+              (*overrides, ("model.position_options.use_values", av), ("model.position_options.use_keys", ak)),
+              same_as=both_on if av and ak else "")
+          for av, ak in ((True, True), (False, True), (True, False), (False, False))]
+
+
 # Table 3 at CPU scale: a^K and a^V switched through the engine's run-config keys.
 register(Sweep(
     "table3_cpu", "Table 3 on arithmetic: a^V and a^K on/off (k = 16), 3 seeds",
-    _seeded(Run(f"av={_bool(av)},ak={_bool(ak)}", "configs/arithmetic.py", "pe=shaw,k=16",
-                (("num_train_steps", CPU_TABLE_STEPS), ("model.position_options.use_values", av),
-                 ("model.position_options.use_keys", ak)))
-            for av, ak in ((True, True), (False, True), (True, False), (False, False))),
+    _seeded(_table3_cells("configs/arithmetic.py", (("num_train_steps", CPU_TABLE_STEPS),))),
     report=("--metric", "test/exact_match", "--paper", "table3", "--bound", "bag"),
     results="clipping/table3"))
 
@@ -185,6 +196,11 @@ register(Sweep(
     _seeded([Run(s, "configs/lm.py", f"pe={s}", same_as="lm_clipping/k=16" if s == "shaw" else "")
              for s in positions.SCHEMES], seed_major=True),
     report=("--metric", "test/perplexity", *LM_LENGTHS_REPORT), results="lm/length"))
+# Table 3 in the language model: whether a^K alone, which trails a^V alone in translation, does so here too.
+register(Sweep(
+    "lm_table3", "Table 3 on real text: LM perplexity with a^V and a^K on/off (k = 16)",
+    _seeded(_table3_cells("configs/lm.py", both_on="lm_clipping/k=16"), seed_major=True),
+    report=("--metric", "test/perplexity", *LM_LENGTHS_REPORT, "--paper", "table3"), results="lm/table3"))
 # BLEU, chrF, then BLEU per source-length bucket (configs/translation.py's BUCKETS).
 _BUCKET_BLEU = tuple(f"test/bleu_by_length/{b}" for b in ("1-10", "11-20", "21-30", "31-40", "41-60", "61+"))
 # Test BLEU per source-length bucket, as columns and as one curve per group.
@@ -204,10 +220,7 @@ register(Sweep(
     report=TRANSLATION_REPORT + ("--x", "max_distance", "--paper", "table2"), results="translation/table2"))
 register(Sweep(
     "translation_table3", "Table 3 on Bible FR-EN: a^V and a^K on/off (k = 16)",
-    _seeded([Run(f"av={_bool(av)},ak={_bool(ak)}", "configs/translation.py", "pe=shaw,k=16",
-                 (("model.position_options.use_values", av), ("model.position_options.use_keys", ak)),
-                 same_as=_TABLE1_SHAW if av and ak else "")
-             for av, ak in ((True, True), (False, True), (True, False), (False, False))], seed_major=True),
+    _seeded(_table3_cells("configs/translation.py", both_on=_TABLE1_SHAW), seed_major=True),
     report=TRANSLATION_REPORT + ("--paper", "table3"), results="translation/table3"))
 # Train short, test long on translation: training keeps the verses of at most 30 French pieces (about half),
 # test_long holds the test verses longer than that.
