@@ -57,11 +57,11 @@ def initial_params(workdir: str):
   with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
     record = json.load(f)
   config = ml_collections.ConfigDict(record["config"])
-  model = train.build(run_config.model_config(config, record["model_config"]["vocab_size"]))
+  model_config = run_config.model_config(config, record["model_config"]["vocab_size"])
   # Jitted, as training initialises (eager initialisers may differ in the last bit). Parameter shapes do not
-  # depend on the lengths of the dummy batch.
-  init = jax.jit(functools.partial(train.init_state, model=model, tx=optax.identity(), input_length=8,
-                                   target_length=8))
+  # depend on the lengths of the dummy batch; a decoder-only model takes inputs of length 0.
+  init = jax.jit(functools.partial(train.init_state, model=train.build(model_config), tx=optax.identity(),
+                                   input_length=8 if model_config.num_encoder_layers else 0, target_length=8))
   return init(jax.random.PRNGKey(config.seed)).params
 
 

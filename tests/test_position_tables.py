@@ -30,6 +30,25 @@ def test_the_rebuilt_initial_parameters_are_those_the_run_started_from(tmp_path)
   assert any(not np.array_equal(started[3][n], started[4][n]) for n in started[3])
 
 
+def test_the_rebuilt_initial_parameters_of_a_language_model_are_its_own(tmp_path):
+  from configs import lm
+  from rpr.data import sotu
+  import test_sotu_data  # its tarball maker (tests/ is on the path)
+
+  corpus_dir = tmp_path / "corpus"
+  corpus_dir.mkdir()
+  sotu.prepare(str(tmp_path / "tfds"), str(corpus_dir), test_sotu_data.make_tarball(corpus_dir))
+  config = lm.get_config("tiny,pe=shaw,k=2")
+  config.data_dir, config.corpus_dir, config.lm_context_length = str(tmp_path / "tfds"), str(corpus_dir), 8
+  run = train._prepare(config, str(tmp_path / "run"), ())
+  rebuilt = _flat(position_tables.initial_params(str(tmp_path / "run")))
+  started = _flat(run.state.params)
+  assert sorted(rebuilt) == sorted(started)
+  for name, value in started.items():
+    np.testing.assert_array_equal(rebuilt[name], value, err_msg=name)
+  assert any("key_table" in name for name in started)
+
+
 def test_measure_reports_every_position_table_and_how_far_it_moved(tmp_path):
   workdir = str(tmp_path / "run")
   train.train_and_evaluate(tiny_config(**SHAW), workdir)
