@@ -1,5 +1,8 @@
 """experiments.position_tables: the initial parameters it rebuilds are the run's own, and what it measures."""
 
+import subprocess
+import sys
+
 import jax
 import numpy as np
 import pytest
@@ -7,7 +10,7 @@ import pytest
 from experiments import position_tables
 from experiments.attention_maps import load_params
 from rpr import train
-from test_train import FAST, tiny_config
+from test_train import FAST, ROOT, tiny_config
 
 SHAW = dict(FAST, model=dict(FAST["model"], position="shaw"))
 
@@ -70,3 +73,11 @@ def test_spread_is_the_part_of_a_table_that_depends_on_the_distance():
   assert position_tables.spread(np.stack([rows[0]] * 5)) == 0.0  # one vector for every distance: no signal
   assert position_tables.spread(rows) == pytest.approx(1.5)  # rows differ by 3 in every component: +-1.5
   assert position_tables.spread(rows + 7.0) == pytest.approx(1.5)  # a shared offset is not a distance signal
+
+
+def test_a_workdir_without_checkpoints_is_refused_by_name(tmp_path):
+  (tmp_path / "config.json").write_text("{}")
+  done = subprocess.run([sys.executable, "-m", "experiments.position_tables", str(tmp_path)], cwd=ROOT,
+                        capture_output=True, text=True)
+  assert done.returncode != 0
+  assert f"{str(tmp_path)!r} is not a run's workdir: it needs config.json and checkpoints/" in done.stderr
