@@ -110,8 +110,11 @@ register(Sweep(
     report=("--metric", "test/exact_match", "--x", "max_distance", "--paper", "table2", "--bound", "bag"),
     results="clipping/table2"))
 
+
 def _table3_cells(config: str, overrides=(), both_on: str = "") -> list[Run]:
-  """Shaw's Table 3 cells of ``config`` at k = 16 (the run-config keys use_values and use_keys): a^V and a^K each on or off, in the paper's row order.
+  """Shaw's Table 3 cells of ``config`` at k = 16: a^V and a^K each on or off, in the paper's row order.
+
+  The terms are switched by the run-config keys ``model.position_options.use_values`` and ``use_keys``.
 
   ``both_on``: the other sweep's run that is the a^V-and-a^K cell (``Run.same_as``).
   """

@@ -19,16 +19,21 @@ def _flat(params) -> dict[str, np.ndarray]:
   return {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(params)}
 
 
+def _assert_rebuilt_bit_for_bit(run, workdir: str) -> dict[str, np.ndarray]:
+  """``initial_params(workdir)`` equals the state ``train._prepare`` initialised; returns that state, flat."""
+  started, rebuilt = _flat(run.state.params), _flat(position_tables.initial_params(workdir))
+  assert sorted(rebuilt) == sorted(started)
+  for name, value in started.items():
+    np.testing.assert_array_equal(rebuilt[name], value, err_msg=name)
+  return started
+
+
 def test_the_rebuilt_initial_parameters_are_those_the_run_started_from(tmp_path):
   started = {}
   for seed in (3, 4):
     workdir = str(tmp_path / f"seed{seed}")
     run = train._prepare(tiny_config(**SHAW, seed=seed), workdir, ())  # writes config.json, initialises
-    started[seed] = _flat(run.state.params)
-    rebuilt = _flat(position_tables.initial_params(workdir))
-    assert sorted(rebuilt) == sorted(started[seed])
-    for name, value in started[seed].items():
-      np.testing.assert_array_equal(rebuilt[name], value, err_msg=name)
+    started[seed] = _assert_rebuilt_bit_for_bit(run, workdir)
   # The seed decides: the check above could fail.
   assert any(not np.array_equal(started[3][n], started[4][n]) for n in started[3])
 
@@ -44,11 +49,7 @@ def test_the_rebuilt_initial_parameters_of_a_language_model_are_its_own(tmp_path
   config = lm.get_config("tiny,pe=shaw,k=2")
   config.data_dir, config.corpus_dir, config.lm_context_length = str(tmp_path / "tfds"), str(corpus_dir), 8
   run = train._prepare(config, str(tmp_path / "run"), ())
-  rebuilt = _flat(position_tables.initial_params(str(tmp_path / "run")))
-  started = _flat(run.state.params)
-  assert sorted(rebuilt) == sorted(started)
-  for name, value in started.items():
-    np.testing.assert_array_equal(rebuilt[name], value, err_msg=name)
+  started = _assert_rebuilt_bit_for_bit(run, str(tmp_path / "run"))
   assert any("key_table" in name for name in started)
 
 
@@ -63,6 +64,7 @@ def test_measure_reports_every_position_table_and_how_far_it_moved(tmp_path):
     b, a = before[name], after[name]
     assert row["shape"] == list(a.shape) == [2, 9, 16]  # tiny: 2 heads of 16, k = 4
     assert row["init_rms"] == pytest.approx(np.sqrt(np.mean(b ** 2)))
+    assert row["init_rms"] == pytest.approx(16 ** -0.5, rel=0.2)  # Shaw's tables start at N(0, head_dim^-1)
     assert row["final_rms"] == pytest.approx(np.sqrt(np.mean(a ** 2)))
     assert 0 < row["change"] == pytest.approx(np.linalg.norm(a - b) / np.linalg.norm(b))
     assert row["final_spread"] == pytest.approx(position_tables.spread(a))
