@@ -37,6 +37,26 @@ def load_params(workdir: str):
   return tree["params"]
 
 
+def require_run_workdirs(workdirs) -> None:
+  """A usage error naming the first of ``workdirs`` without ``config.json`` and ``checkpoints/``."""
+  from absl import app
+
+  if not workdirs:
+    raise app.UsageError("name one or more workdirs, each holding config.json and checkpoints/")
+  for w in workdirs:
+    if not (os.path.isfile(os.path.join(w, "config.json")) and os.path.isdir(os.path.join(w, "checkpoints"))):
+      raise app.UsageError(f"{w!r} is not a run's workdir: it needs config.json and checkpoints/ (the committed "
+                           "results keep no checkpoints: train the run again to have them)")
+
+
+def write_and_print(text: str, out_file) -> None:
+  """Prints ``text``, and writes it to ``out_file`` too unless that is None."""
+  if out_file:
+    with open(out_file, "w", encoding="utf-8") as f:
+      f.write(text)
+  print(text)
+
+
 def encoder_attention(config, params, text: str) -> np.ndarray:
   """Encoder self-attention weights ``[layers, heads, len(text), len(text)]`` for one input."""
   vocab = CharVocab(arithmetic.VOCAB_CHARS)

@@ -1,0 +1,185 @@
+"""How much absolute position a trained translation model's states carry, read by a linear probe.
+
+  python -m experiments.position_probe WORKDIR [WORKDIR ...] [--out FILE.md]
+
+For every encoder and decoder layer of each run (its newest checkpoint), a
+ridge regression from the layer's output at each real token to the token's
+position, fitted on the ``validation`` split and scored on ``test`` (whole
+books the probe never saw): R^2 and the mean absolute error in tokens. For the
+encoder also the position counted from the sentence's end (the encoder sees
+the whole source; the causal decoder cannot know where its sentence ends).
+
+Shaw's relative terms give no token its absolute position. A model without
+any position term has an encoder that is permutation-equivariant: its
+outputs depend on the token and the bag of tokens only, so its R^2 is the
+floor that content alone gives (a capitalised first word, a full stop last).
+What a^K or a^V adds above that floor is position the model built from
+relative terms, the kind an encoder-decoder's cross-attention can use to
+align target and source, and a language model over arbitrary windows cannot.
+
+Also, per decoder layer, how monotone the cross-attention is: the Pearson
+correlation, within one sentence, between the target position and the
+expected source position under the heads' mean attention, averaged over test
+sentences of at least 5 target tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+from absl import app
+from absl import flags
+
+from experiments import attention_maps
+
+RIDGE = 1e-3  # on standardised features; the probes fit ~100k tokens with 129 weights, so it barely binds
+MIN_TARGET_TOKENS = 5
+
+
+def _restore(workdir: str):
+  """``(config, task, model, params)`` of the run in ``workdir`` (deterministic model, newest checkpoint)."""
+  import ml_collections
+
+  from rpr import data
+  from rpr import model as model_lib
+  from rpr import run_config
+
+  with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
+    config = ml_collections.ConfigDict(json.load(f)["config"])
+  task = data.get_task(config, workdir, 1)
+  if getattr(task, "is_lm", False):
+    raise ValueError(f"{workdir}: a decoder-only run; the probe reads an encoder-decoder model")
+  model = model_lib.build(run_config.model_config(config, task.vocab.size).replace(deterministic=True))
+  return config, task, model, attention_maps.load_params(workdir)
+
+
+def layer_states(model):
+  """A function ``(params, inputs, targets) -> (states, cross)``, jitted once for ``model``.
+
+  ``states``: ``{"encoder/layer_i" | "decoder/layer_i": [b, L, d]}``, each block's output; ``cross``:
+  ``{"decoder/layer_i": [b, heads, L_out, L_in]}``, the encoder-decoder attention weights.
+  """
+  import jax
+
+  from rpr import blocks
+
+  is_block = lambda m, method: method == "__call__" and isinstance(m, (blocks.EncoderBlock, blocks.DecoderBlock))
+
+  @jax.jit
+  def run(params, inputs, targets):
+    _, state = model.apply({"params": params}, inputs, targets, capture_intermediates=is_block,
+                           mutable=["intermediates"])
+    return state["intermediates"]
+
+  def states_and_cross(params, inputs, targets):
+    tree = run(params, inputs, targets)
+    states, cross = {}, {}
+    for stack in ("encoder", "decoder"):
+      for name, layer in tree[stack].items():
+        if name.startswith("layer_"):
+          states[f"{stack}/{name}"] = np.asarray(layer["__call__"][0])
+          if stack == "decoder":
+            cross[f"{stack}/{name}"] = np.asarray(layer["cross_attention"]["attention_weights"][0])
+    return states, cross
+
+  return states_and_cross
+
+
+def collect(model, params, task, split: str) -> dict:
+  """Per layer the states of every real token of ``split`` and their positions; the cross-attention monotonicity."""
+  from rpr.tokens import PAD
+
+  feats: dict[str, list] = {}
+  pos = {"encoder": [], "encoder_from_end": [], "decoder": []}
+  corr: dict[str, list] = {}
+  states_and_cross = layer_states(model)
+  for batch in task.eval_batches(split):
+    x, y = batch["inputs"], batch["targets"]
+    states, cross = states_and_cross(params, x, y)
+    x_valid, y_valid = x != PAD, y != PAD
+    x_len = x_valid.sum(1, keepdims=True)
+    x_pos = np.broadcast_to(np.arange(x.shape[1]), x.shape)
+    y_pos = np.broadcast_to(np.arange(y.shape[1]), y.shape)
+    pos["encoder"].append(x_pos[x_valid])
+    pos["encoder_from_end"].append((x_len - 1 - x_pos)[x_valid])
+    pos["decoder"].append(y_pos[y_valid])
+    for name, s in states.items():
+      feats.setdefault(name, []).append(s[x_valid if name.startswith("encoder") else y_valid])
+    for name, w in cross.items():
+      expected = (w.mean(1) * np.arange(x.shape[1])).sum(-1)  # [b, L_out]: heads' mean, expected source index
+      for row in range(x.shape[0]):
+        n = int(y_valid[row].sum())
+        if n >= MIN_TARGET_TOKENS and np.std(expected[row, :n]) > 0:
+          corr.setdefault(name, []).append(np.corrcoef(np.arange(n), expected[row, :n])[0, 1])
+  return dict(features={k: np.concatenate(v) for k, v in feats.items()},
+              positions={k: np.concatenate(v) for k, v in pos.items()},
+              monotonicity={k: float(np.mean(v)) for k, v in corr.items()})
+
+
+def fit(train_x: np.ndarray, train_y: np.ndarray):
+  """Ridge regression on standardised features: a function ``x -> predicted y``."""
+  mean, std = train_x.mean(0), train_x.std(0) + 1e-6
+  z = np.concatenate([(train_x - mean) / std, np.ones((len(train_x), 1))], axis=1).astype(np.float64)
+  reg = RIDGE * len(z) * np.eye(z.shape[1])
+  reg[-1, -1] = 0.0  # the intercept is not shrunk
+  w = np.linalg.solve(z.T @ z + reg, z.T @ train_y.astype(np.float64))
+  return lambda x: np.concatenate([(x - mean) / std, np.ones((len(x), 1))], axis=1).astype(np.float64) @ w
+
+
+def score(predicted: np.ndarray, actual: np.ndarray) -> tuple[float, float]:
+  """``(R^2, mean absolute error)``."""
+  actual = actual.astype(np.float64)
+  r2 = 1.0 - np.sum((predicted - actual) ** 2) / np.sum((actual - actual.mean()) ** 2)
+  return float(r2), float(np.mean(np.abs(predicted - actual)))
+
+
+def probe(workdir: str, fit_split: str = "validation", score_split: str = "test") -> dict:
+  """``{"rows": [{layer, target, r2, mae}], "monotonicity": {decoder layer: mean correlation}}`` of one run.
+
+  The probes are fitted on ``fit_split`` and scored (with the monotonicity) on ``score_split``.
+  """
+  _, task, model, params = _restore(workdir)
+  train, test = collect(model, params, task, fit_split), collect(model, params, task, score_split)
+  rows = []
+  for name in train["features"]:
+    stack = name.split("/")[0]
+    for target in ([stack, "encoder_from_end"] if stack == "encoder" else [stack]):
+      predict = fit(train["features"][name], train["positions"][target])
+      r2, mae = score(predict(test["features"][name]), test["positions"][target])
+      rows.append(dict(layer=name, target="from end" if target.endswith("end") else "from start", r2=r2, mae=mae))
+  return dict(rows=rows, monotonicity=test["monotonicity"])
+
+
+def markdown(results: dict[str, dict]) -> str:
+  """A row per run: probe R^2 (MAE in tokens) per layer and position, then the cross-attention monotonicity."""
+  first = next(iter(results.values()))
+  keys = [(r["layer"], r["target"]) for r in first["rows"]]
+  header = [f"{layer} {target}" for layer, target in keys]
+  header += [f"{layer} monotonicity" for layer in first["monotonicity"]]
+  lines = ["| run | " + " | ".join(header) + " |", "| --- | " + " | ".join("---:" for _ in header) + " |"]
+  for name, result in results.items():
+    by_key = {(r["layer"], r["target"]): r for r in result["rows"]}
+    cells = [f"{by_key[k]['r2']:.2f} ({by_key[k]['mae']:.1f})" for k in keys]
+    cells += [f"{result['monotonicity'][layer]:.3f}" for layer in first["monotonicity"]]
+    lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> None:
+  workdirs = argv[1:]
+  attention_maps.require_run_workdirs(workdirs)
+  out_file = flags.FLAGS.out
+  command = " ".join(["python -m experiments.position_probe", *workdirs, *([f"--out {out_file}"] if out_file else [])])
+  results = {w: probe(w) for w in workdirs}
+  text = (f"Generated by `{command}`.\n\nLinear probe of each token's position from each layer's output, fitted "
+          "on `validation`, scored on `test`: R^2 (mean absolute error in tokens). Cross-attention monotonicity: "
+          "mean over test sentences of corr(target position, expected source position).\n\n" + markdown(results))
+  attention_maps.write_and_print(text, out_file)
+
+
+if __name__ == "__main__":
+  # Defined here, not at import: experiments.report, imported beside this module in tests, has its own --out.
+  flags.DEFINE_string("out", None, "Also write the Markdown table to this file.")
+  app.run(main)

@@ -1,0 +1,102 @@
+"""experiments.position_probe: it reads the blocks' own outputs, and its probe finds position where there is some."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import position_probe
+from rpr import data
+from rpr import model as model_lib
+from rpr import run_config
+from rpr import train
+from test_train import FAST, tiny_config
+
+
+def _config(position: str, **options):
+  return tiny_config(**dict(FAST, model=dict(FAST["model"], position=position,
+                                              position_options=dict(max_distance=4, **options))))
+
+
+def _probe_config(position: str, **options):
+  """Enough tokens (512 strings of 4-12 digits) that an in-sample fit of 33 weights says what it would out of sample."""
+  config = _config(position, **options)
+  config.min_length, config.max_length, config.long_max_length, config.num_eval_examples = 4, 12, 14, 512
+  return config
+
+
+def test_the_states_are_the_blocks_outputs_and_the_cross_weights_are_distributions():
+  config = _config("shaw")
+  task = data.get_task(config)
+  model = model_lib.build(run_config.model_config(config, task.vocab.size).replace(deterministic=True))
+  batch = next(iter(task.eval_batches("valid")))
+  x, y = jnp.asarray(batch["inputs"]), jnp.asarray(batch["targets"])
+  params = model.init(jax.random.PRNGKey(0), x, y)["params"]
+  states, cross = position_probe.layer_states(model)(params, batch["inputs"], batch["targets"])
+  assert sorted(states) == ["decoder/layer_0", "encoder/layer_0"] and sorted(cross) == ["decoder/layer_0"]
+  encoded = model.apply({"params": params}, x, method=model_lib.Transformer.encode)
+  np.testing.assert_allclose(states["encoder/layer_0"], encoded, atol=1e-6)  # the last encoder block's output
+  # Post-LN with shared embeddings: the logits are the last decoder block's output against the embedding.
+  logits = model.apply({"params": params}, x, y)
+  embedding = np.asarray(params["shared_embedding"]["embedding"])
+  np.testing.assert_allclose(states["decoder/layer_0"] @ embedding.T, logits, atol=1e-4)
+  w = cross["decoder/layer_0"]
+  assert w.shape == (x.shape[0], 2, y.shape[1], x.shape[1])
+  np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+  assert np.all(np.where(np.asarray(x == 0)[:, None, None, :], w, 0.0) == 0.0)  # no weight on a PAD source
+
+
+def test_the_ridge_probe_recovers_a_linear_target_and_not_noise():
+  rng = np.random.default_rng(0)
+  x_fit, x_score = rng.normal(size=(2000, 8)), rng.normal(size=(2000, 8))
+  w = rng.normal(size=8)
+  predict = position_probe.fit(x_fit, x_fit @ w + 3.0)
+  r2, mae = position_probe.score(predict(x_score), x_score @ w + 3.0)
+  assert r2 > 0.999 and mae < 0.05
+  predict = position_probe.fit(x_fit, rng.normal(size=2000))
+  r2, _ = position_probe.score(predict(x_score), rng.normal(size=2000))
+  assert r2 < 0.02
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory):
+  """Probes of two short copy runs: no position term, and Shaw's a^V only."""
+  out = {}
+  for name, config in (("none", _probe_config("none")), ("av", _probe_config("shaw", use_keys=False))):
+    workdir = str(tmp_path_factory.mktemp(name))
+    train.train_and_evaluate(config, workdir)
+    out[name] = position_probe.probe(workdir, "valid", "valid")  # in-sample: the copy task has one short split
+  return out
+
+
+def test_a_probe_has_a_row_per_layer_and_position_and_a_monotonicity_per_decoder_layer(probes):
+  rows = probes["av"]["rows"]
+  assert [(r["layer"], r["target"]) for r in rows] == [
+      ("encoder/layer_0", "from start"), ("encoder/layer_0", "from end"), ("decoder/layer_0", "from start")]
+  assert all(r["r2"] <= 1.0 and r["mae"] >= 0.0 for r in rows)
+  assert list(probes["av"]["monotonicity"]) == ["decoder/layer_0"]
+  assert -1.0 <= probes["av"]["monotonicity"]["decoder/layer_0"] <= 1.0
+  table = position_probe.markdown(probes)
+  assert table.count("\n") == 4 and "| `av` |" in table and "encoder/layer_0 from end" in table
+
+
+def test_a_v_puts_position_into_the_encoder_where_no_position_term_leaves_only_content(probes):
+  # Random digits: content says nothing of a token's position, so without a position term only the
+  # sentence length (from the bag of tokens) can inform the probe. a^V adds, at each token, a sum of
+  # distance vectors that depends on how far the sentence's edges are.
+  encoder = {name: next(r for r in p["rows"] if r["layer"] == "encoder/layer_0" and r["target"] == "from start")
+             for name, p in probes.items()}
+  assert encoder["av"]["r2"] > encoder["none"]["r2"] + 0.3, encoder
+  assert encoder["av"]["mae"] < encoder["none"]["mae"], encoder
+
+
+def test_a_directory_that_is_not_a_checkpointed_run_is_refused_by_name(tmp_path):
+  from absl import app
+
+  from experiments import attention_maps
+
+  (tmp_path / "config.json").write_text("{}")
+  with pytest.raises(app.UsageError, match=f"'{tmp_path}' is not a run's workdir: it needs config.json and checkpo"):
+    attention_maps.require_run_workdirs([str(tmp_path)])
+  with pytest.raises(app.UsageError, match="name one or more workdirs"):
+    attention_maps.require_run_workdirs([])
