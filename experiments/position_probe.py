@@ -1,6 +1,6 @@
 """How much absolute position a trained translation model's states carry, read by a linear probe.
 
-  python -m experiments.position_probe WORKDIR [WORKDIR ...] [--out FILE.md]
+  python -m experiments.position_probe WORKDIR [WORKDIR ...] [--out FILE.md] [--plot FILE.png] [--metric M]
 
 For every encoder and decoder layer of each run (its newest checkpoint), a
 ridge regression from the layer's output at each real token to the token's
@@ -21,6 +21,11 @@ Also, per decoder layer, how monotone the cross-attention is: the Pearson
 correlation, within one sentence, between the target position and the
 expected source position under the heads' mean attention, averaged over test
 sentences of at least 5 target tokens.
+
+Each run is named by the config keys that tell the runs apart, and set
+beside its score (``--metric``, default ``test/bleu``, its last value in
+``metrics.jsonl``). ``--plot`` draws that score against the last encoder
+layer's R^2, one dot per run.
 """
 
 from __future__ import annotations
@@ -152,34 +157,83 @@ def probe(workdir: str, fit_split: str = "validation", score_split: str = "test"
   return dict(rows=rows, monotonicity=test["monotonicity"])
 
 
-def markdown(results: dict[str, dict]) -> str:
-  """A row per run: probe R^2 (MAE in tokens) per layer and position, then the cross-attention monotonicity."""
+def markdown(results: dict[str, dict], names: dict[str, str], metric: dict[str, float], metric_name: str) -> str:
+  """A row per run: its name and ``metric``, probe R^2 (MAE in tokens) per layer and position, the monotonicity."""
   first = next(iter(results.values()))
   keys = [(r["layer"], r["target"]) for r in first["rows"]]
-  header = [f"{layer} {target}" for layer, target in keys]
+  header = ["run", metric_name] + [f"{layer} {target}" for layer, target in keys]
   header += [f"{layer} monotonicity" for layer in first["monotonicity"]]
-  lines = ["| run | " + " | ".join(header) + " |", "| --- | " + " | ".join("---:" for _ in header) + " |"]
-  for name, result in results.items():
+  lines = ["| " + " | ".join(header) + " |", "| --- | " + " | ".join("---:" for _ in header[1:]) + " |"]
+  for workdir, result in results.items():
     by_key = {(r["layer"], r["target"]): r for r in result["rows"]}
-    cells = [f"{by_key[k]['r2']:.2f} ({by_key[k]['mae']:.1f})" for k in keys]
+    cells = [names[workdir], f"{metric[workdir]:.2f}"]
+    cells += [f"{by_key[k]['r2']:.2f} ({by_key[k]['mae']:.1f})" for k in keys]
     cells += [f"{result['monotonicity'][layer]:.3f}" for layer in first["monotonicity"]]
-    lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
+
+
+def run_names(workdirs) -> tuple[dict[str, str], dict[str, dict]]:
+  """``({workdir: "pe=shaw, aK=False, seed 1"}, {workdir: flat config})``: named by what tells the runs apart."""
+  from experiments import report
+
+  runs = {r.workdir: r for r in report.load_runs(workdirs)}
+  missing = [w for w in workdirs if w not in runs]
+  if missing:
+    raise ValueError(f"no metrics.jsonl in {missing}: the probe sets each run beside its score")
+  configs = [{k: v for k, v in runs[w].config.items() if k not in report.IGNORED_KEYS} for w in workdirs]
+  labels = report.labels(configs) if len(set(map(str, configs))) > 1 else ["all runs"] * len(workdirs)
+  return ({w: f"{label}, seed {runs[w].seed}" for w, label in zip(workdirs, labels)},
+          {w: runs[w] for w in workdirs})
+
+
+def plot(results: dict[str, dict], names: dict[str, str], metric: dict[str, float], metric_name: str,
+         path: str) -> None:
+  """The run's ``metric`` against its last encoder layer's position R^2 (from start), one labelled dot per run."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(7.5, 5))
+  for workdir, result in results.items():
+    last = [r for r in result["rows"] if r["layer"].startswith("encoder/") and r["target"] == "from start"][-1]
+    ax.scatter(last["r2"], metric[workdir], color="tab:blue")
+    ax.annotate(names[workdir], (last["r2"], metric[workdir]), fontsize=6, xytext=(3, 2), textcoords="offset points")
+  ax.set_xlabel(f"position (from start) read linearly from the encoder's output: R^2 on test ({last['layer']})")
+  ax.set_ylabel(metric_name)
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
 
 
 def main(argv: list[str]) -> None:
   workdirs = argv[1:]
   attention_maps.require_run_workdirs(workdirs)
-  out_file = flags.FLAGS.out
-  command = " ".join(["python -m experiments.position_probe", *workdirs, *([f"--out {out_file}"] if out_file else [])])
+  out_file, plot_file, metric_name = flags.FLAGS.out, flags.FLAGS.plot, flags.FLAGS.metric
+  options = [f"--{k} {v}" for k, v in (("metric", metric_name), ("out", out_file), ("plot", plot_file)) if v]
+  command = " ".join(["python -m experiments.position_probe", *workdirs, *options])
+  names, runs = run_names(workdirs)
+  metric = {}
+  for w, run in runs.items():
+    last = run.last(metric_name)
+    if last is None:
+      raise ValueError(f"{w}: metrics.jsonl has no {metric_name!r}")
+    metric[w] = last[1]
   results = {w: probe(w) for w in workdirs}
   text = (f"Generated by `{command}`.\n\nLinear probe of each token's position from each layer's output, fitted "
           "on `validation`, scored on `test`: R^2 (mean absolute error in tokens). Cross-attention monotonicity: "
-          "mean over test sentences of corr(target position, expected source position).\n\n" + markdown(results))
+          "mean over test sentences of corr(target position, expected source position).\n\n"
+          + markdown(results, names, metric, metric_name))
   attention_maps.write_and_print(text, out_file)
+  if plot_file:
+    plot(results, names, metric, metric_name, plot_file)
 
 
 if __name__ == "__main__":
   # Defined here, not at import: experiments.report, imported beside this module in tests, has its own --out.
   flags.DEFINE_string("out", None, "Also write the Markdown table to this file.")
+  flags.DEFINE_string("plot", None, "Also draw each run's --metric against its encoder's position R^2 here (PNG).")
+  flags.DEFINE_string("metric", "test/bleu", "The score each run is set beside (its last value in metrics.jsonl).")
   app.run(main)

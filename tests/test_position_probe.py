@@ -66,7 +66,22 @@ def probes(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp(name))
     train.train_and_evaluate(config, workdir)
     out[name] = position_probe.probe(workdir, "valid", "valid")  # in-sample: the copy task has one short split
+    out[name]["workdir"] = workdir
   return out
+
+
+def test_runs_are_named_by_what_tells_them_apart_and_plotted_beside_their_score(probes, tmp_path):
+  workdirs = [probes["none"]["workdir"], probes["av"]["workdir"]]
+  names, runs = position_probe.run_names(workdirs)
+  # experiments.report.labels: with two runs and no majority value, every differing key is shown.
+  assert [names[w] for w in workdirs] == ["pe=none, aK=True, seed 0", "pe=shaw, aK=False, seed 0"]
+  assert sorted(runs) == sorted(workdirs)
+  path = tmp_path / "probe.png"
+  position_probe.plot({w: probes[n] for n, w in zip(("none", "av"), workdirs)}, names, dict.fromkeys(workdirs, 0.5),
+                      "valid/exact_match", str(path))
+  assert path.stat().st_size > 1000
+  with pytest.raises(ValueError, match="no metrics.jsonl in"):
+    position_probe.run_names([str(tmp_path)])
 
 
 def test_a_probe_has_a_row_per_layer_and_position_and_a_monotonicity_per_decoder_layer(probes):
@@ -76,8 +91,11 @@ def test_a_probe_has_a_row_per_layer_and_position_and_a_monotonicity_per_decoder
   assert all(r["r2"] <= 1.0 and r["mae"] >= 0.0 for r in rows)
   assert list(probes["av"]["monotonicity"]) == ["decoder/layer_0"]
   assert -1.0 <= probes["av"]["monotonicity"]["decoder/layer_0"] <= 1.0
-  table = position_probe.markdown(probes)
-  assert table.count("\n") == 4 and "| `av` |" in table and "encoder/layer_0 from end" in table
+  table = position_probe.markdown(probes, {"none": "no position", "av": "a^V only"}, {"none": 0.5, "av": 0.75},
+                                  "valid/exact_match")
+  lines = table.splitlines()
+  assert len(lines) == 4 and lines[0].startswith("| run | valid/exact_match | encoder/layer_0 from start |")
+  assert lines[3].startswith("| a^V only | 0.75 | ")
 
 
 def test_a_v_puts_position_into_the_encoder_where_no_position_term_leaves_only_content(probes):
