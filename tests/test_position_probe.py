@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl import app
 
 from experiments import position_probe
 from rpr import data
@@ -80,7 +81,7 @@ def test_runs_are_named_by_what_tells_them_apart_and_plotted_beside_their_score(
   position_probe.plot({w: probes[n] for n, w in zip(("none", "av"), workdirs)}, names, dict.fromkeys(workdirs, 0.5),
                       "valid/exact_match", str(path))
   assert path.stat().st_size > 1000
-  with pytest.raises(ValueError, match="no metrics.jsonl in"):
+  with pytest.raises(app.UsageError, match="no metrics.jsonl in"):
     position_probe.run_names([str(tmp_path)])
 
 
@@ -109,8 +110,6 @@ def test_a_v_puts_position_into_the_encoder_where_no_position_term_leaves_only_c
 
 
 def test_a_directory_that_is_not_a_checkpointed_run_is_refused_by_name(tmp_path):
-  from absl import app
-
   from experiments import attention_maps
 
   (tmp_path / "config.json").write_text("{}")
