@@ -197,10 +197,13 @@ def plot(results: dict[str, dict], names: dict[str, str], metric: dict[str, floa
   import matplotlib.pyplot as plt
 
   fig, ax = plt.subplots(figsize=(7.5, 5))
+  lowest = 0.0
   for workdir, result in results.items():
     last = [r for r in result["rows"] if r["layer"].startswith("encoder/") and r["target"] == "from start"][-1]
+    lowest = min(lowest, last["r2"])
     ax.scatter(last["r2"], metric[workdir], color="tab:blue")
     ax.annotate(names[workdir], (last["r2"], metric[workdir]), fontsize=6, xytext=(3, 2), textcoords="offset points")
+  ax.set_xlim(lowest - 0.02, 1.0)  # R^2 = 1: the position read exactly
   ax.set_xlabel(f"position (from start) read linearly from the encoder's output: R^2 on test ({last['layer']})")
   ax.set_ylabel(metric_name)
   ax.grid(alpha=0.3)
