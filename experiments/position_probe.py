@@ -176,14 +176,28 @@ def markdown(results: dict[str, dict], names: dict[str, str], metric: dict[str, 
   return "\n".join(lines) + "\n"
 
 
-def run_names(workdirs) -> tuple[dict[str, str], dict[str, dict]]:
-  """``({workdir: "pe=shaw, aK=False, seed 1"}, {workdir: flat config})``: named by what tells the runs apart."""
+def scheme_name(config: dict) -> str:
+  """``"sinusoidal"``, ``"shaw, k=16"``, ``"shaw, k=16, a^K only"``: a run's position scheme, from its flat config."""
+  if config.get("position") != "shaw":
+    return str(config.get("position"))
+  terms = {(True, True): "", (True, False): ", a^K only", (False, True): ", a^V only", (False, False): ", neither term"}
+  return f"shaw, k={config.get('max_distance')}{terms[bool(config.get('use_keys')), bool(config.get('use_values'))]}"
+
+
+def run_names(workdirs) -> tuple[dict[str, str], dict[str, "report.RunRecord"]]:
+  """``({workdir: "shaw, k=16, a^K only, seed 1"}, {workdir: its record})``.
+
+  Runs are named by their position scheme; when that does not tell two different configs apart, by the
+  config keys that do (``experiments.report.labels``).
+  """
   runs = {r.workdir: r for r in report.load_runs(workdirs)}
   missing = [w for w in workdirs if w not in runs]
   if missing:
     raise app.UsageError(f"no metrics.jsonl in {missing}: the probe sets each run beside its score")
   configs = [{k: v for k, v in runs[w].config.items() if k not in report.IGNORED_KEYS} for w in workdirs]
-  labels = report.labels(configs) if len(set(map(str, configs))) > 1 else ["all runs"] * len(workdirs)
+  labels = [scheme_name(c) for c in configs]
+  if len(set(labels)) < len(set(map(str, configs))):
+    labels = report.labels(configs)
   return ({w: f"{label}, seed {runs[w].seed}" for w, label in zip(workdirs, labels)},
           {w: runs[w] for w in workdirs})
 

@@ -74,8 +74,7 @@ def probes(tmp_path_factory):
 def test_runs_are_named_by_what_tells_them_apart_and_plotted_beside_their_score(probes, tmp_path):
   workdirs = [probes["none"]["workdir"], probes["av"]["workdir"]]
   names, runs = position_probe.run_names(workdirs)
-  # experiments.report.labels: with two runs and no majority value, every differing key is shown.
-  assert [names[w] for w in workdirs] == ["pe=none, aK=True, seed 0", "pe=shaw, aK=False, seed 0"]
+  assert [names[w] for w in workdirs] == ["none, seed 0", "shaw, k=4, a^V only, seed 0"]
   assert sorted(runs) == sorted(workdirs)
   path = tmp_path / "probe.png"
   position_probe.plot({w: probes[n] for n, w in zip(("none", "av"), workdirs)}, names, dict.fromkeys(workdirs, 0.5),
@@ -83,6 +82,14 @@ def test_runs_are_named_by_what_tells_them_apart_and_plotted_beside_their_score(
   assert path.stat().st_size > 1000
   with pytest.raises(app.UsageError, match="no metrics.jsonl in"):
     position_probe.run_names([str(tmp_path)])
+
+
+def test_a_scheme_is_named_by_the_options_it_reads():
+  name = position_probe.scheme_name
+  assert name(dict(position="t5", max_distance=16, use_keys=True, use_values=True)) == "t5"
+  assert name(dict(position="shaw", max_distance=16, use_keys=True, use_values=True)) == "shaw, k=16"
+  assert name(dict(position="shaw", max_distance=2, use_keys=True, use_values=False)) == "shaw, k=2, a^K only"
+  assert name(dict(position="shaw", max_distance=2, use_keys=False, use_values=False)) == "shaw, k=2, neither term"
 
 
 def test_a_probe_has_a_row_per_layer_and_position_and_a_monotonicity_per_decoder_layer(probes):
@@ -117,3 +124,18 @@ def test_a_directory_that_is_not_a_checkpointed_run_is_refused_by_name(tmp_path)
     attention_maps.require_run_workdirs([str(tmp_path)])
   with pytest.raises(app.UsageError, match="name one or more workdirs"):
     attention_maps.require_run_workdirs([])
+
+
+def test_runs_of_one_scheme_that_differ_elsewhere_are_named_by_what_differs(tmp_path):
+  import json
+
+  workdirs = []
+  for limit in (30, None):
+    workdir = tmp_path / f"limit{limit}"
+    workdir.mkdir()
+    config = dict(dataset="bible_fr_en", seed=0, train_max_source_tokens=limit, model=dict(position="rope"))
+    (workdir / "config.json").write_text(json.dumps(dict(config=config)))
+    (workdir / "metrics.jsonl").write_text(json.dumps({"step": 1, "test/bleu": 1.0}) + "\n")
+    workdirs.append(str(workdir))
+  names, _ = position_probe.run_names(workdirs)
+  assert [names[w] for w in workdirs] == ["train_max_source_tokens=30, seed 0", "train_max_source_tokens=None, seed 0"]
