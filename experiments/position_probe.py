@@ -47,7 +47,7 @@ MIN_TARGET_TOKENS = 5
 
 
 def _restore(workdir: str):
-  """``(config, task, model, params)`` of the run in ``workdir`` (deterministic model, newest checkpoint)."""
+  """``(task, model, params)`` of the run in ``workdir`` (deterministic model, newest checkpoint)."""
   import ml_collections
 
   from rpr import data
@@ -60,7 +60,7 @@ def _restore(workdir: str):
   if getattr(task, "is_lm", False):
     raise ValueError(f"{workdir}: a decoder-only run; the probe reads an encoder-decoder model")
   model = model_lib.build(run_config.model_config(config, task.vocab.size).replace(deterministic=True))
-  return config, task, model, attention_maps.load_params(workdir)
+  return task, model, attention_maps.load_params(workdir)
 
 
 def layer_states(model):
@@ -129,11 +129,12 @@ def collect(model, params, task, split: str) -> dict:
 def fit(train_x: np.ndarray, train_y: np.ndarray):
   """Ridge regression on standardised features: a function ``x -> predicted y``."""
   mean, std = train_x.mean(0), train_x.std(0) + 1e-6
-  z = np.concatenate([(train_x - mean) / std, np.ones((len(train_x), 1))], axis=1).astype(np.float64)
+  design = lambda x: np.concatenate([(x - mean) / std, np.ones((len(x), 1))], axis=1).astype(np.float64)
+  z = design(train_x)
   reg = RIDGE * len(z) * np.eye(z.shape[1])
   reg[-1, -1] = 0.0  # the intercept is not shrunk
   w = np.linalg.solve(z.T @ z + reg, z.T @ train_y.astype(np.float64))
-  return lambda x: np.concatenate([(x - mean) / std, np.ones((len(x), 1))], axis=1).astype(np.float64) @ w
+  return lambda x: design(x) @ w
 
 
 def score(predicted: np.ndarray, actual: np.ndarray) -> tuple[float, float]:
@@ -148,7 +149,7 @@ def probe(workdir: str, fit_split: str = "validation", score_split: str = "test"
 
   The probes are fitted on ``fit_split`` and scored (with the monotonicity) on ``score_split``.
   """
-  _, task, model, params = _restore(workdir)
+  task, model, params = _restore(workdir)
   train, test = collect(model, params, task, fit_split), collect(model, params, task, score_split)
   rows = []
   for name in train["features"]:
