@@ -178,11 +178,14 @@ def markdown(results: dict[str, dict], names: dict[str, str], metric: dict[str, 
 
 
 def scheme_name(config: dict) -> str:
-  """``"sinusoidal"``, ``"shaw, k=16"``, ``"shaw, k=16, a^K only"``: a run's position scheme, from its flat config."""
+  """``"sinusoidal"``, ``"shaw, k=16"``, ``"shaw, k=16, a^K only + sinusoidal"``: a run's position scheme, from its
+  flat config."""
   if config.get("position") != "shaw":
     return str(config.get("position"))
   terms = {(True, True): "", (True, False): ", a^K only", (False, True): ", a^V only", (False, False): ", neither term"}
-  return f"shaw, k={config.get('max_distance')}{terms[bool(config.get('use_keys')), bool(config.get('use_values'))]}"
+  sinusoids = " + sinusoidal" if config.get("add_sinusoidal") else ""
+  return (f"shaw, k={config.get('max_distance')}{terms[bool(config.get('use_keys')), bool(config.get('use_values'))]}"
+          f"{sinusoids}")
 
 
 def run_names(workdirs) -> tuple[dict[str, str], dict[str, "report.RunRecord"]]:

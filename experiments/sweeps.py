@@ -20,7 +20,8 @@ Registered:
 * ``length_tiny``: two schemes of the tiny length config (seconds; tests).
 * ``arithmetic``, ``arithmetic_full``: seed 002's "12+1" comparison, every scheme.
 * Real text: ``lm_clipping``, ``lm_length``, ``lm_table3`` (State of the Union LM) and
-  ``translation_table1`` / ``2`` / ``3``, ``translation_short`` (Bible FR-EN).
+  ``translation_table1`` / ``2`` / ``3``, ``translation_short`` (Bible FR-EN), and
+  ``translation_absolute``: Shaw's relative attention with the absolute sinusoids added back.
 """
 
 from __future__ import annotations
@@ -236,3 +237,18 @@ register(Sweep(
     # The test buckets up to 30 pieces hold lengths seen in training.
     report=("--metric", "test_long/bleu", "--also", "test_long/chrf", "--also", "test/bleu", *_BUCKETS),
     results="translation/short"))
+# Shaw et al. drop the absolute sinusoids from their relative models ("no benefit"). Adding them back tests that
+# here, and tests the position probe's reading of Table 3: a^K alone scores low because its encoder output carries
+# little position; the sinusoids give it position. The other cells are Table 1's and Table 3's runs.
+_SINUSOIDS = (("model.position_options.add_sinusoidal", True),)
+_AK_ALONE = (("model.position_options.use_values", False),)
+register(Sweep(
+    "translation_absolute", "Shaw's relative attention plus the absolute sinusoids on Bible FR-EN: both terms and "
+    "a^K alone (k = 16), with and without",
+    _seeded([Run("ak+sinusoidal", "configs/translation.py", "pe=shaw,k=16", _AK_ALONE + _SINUSOIDS),
+             Run("shaw+sinusoidal", "configs/translation.py", "pe=shaw,k=16", _SINUSOIDS),
+             Run("ak", "configs/translation.py", "pe=shaw,k=16", _AK_ALONE, same_as="translation_table3/av=off,ak=on"),
+             Run("shaw", "configs/translation.py", "pe=shaw", same_as=_TABLE1_SHAW),
+             Run("sinusoidal", "configs/translation.py", "pe=sinusoidal", same_as="translation_table1/sinusoidal")],
+            seed_major=True),
+    report=TRANSLATION_REPORT, results="translation/absolute"))

@@ -92,6 +92,16 @@ def test_cached_decoding_equals_full_pass(scheme):
   np.testing.assert_allclose(step, full, atol=2e-5, rtol=2e-5)
 
 
+def test_shaw_with_sinusoids_decodes_as_its_full_pass_and_differs_from_shaw_alone():
+  config = tiny(position="shaw").replace(position_options={**POS, "add_sinusoidal": True})
+  params = perturbed_params(config)
+  assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(perturbed_params(tiny(position="shaw")))
+  full = forward(config)({"params": params}, INPUTS, TARGETS)
+  np.testing.assert_allclose(cached_logits(config, params, INPUTS, TARGETS), full, atol=2e-5, rtol=2e-5)
+  alone = forward(tiny(position="shaw"))({"params": params}, INPUTS, TARGETS)
+  assert float(jnp.max(jnp.abs(full - alone))) > 1e-2
+
+
 def test_cached_decoding_pre_layer_norm_separate_embeddings():
   config = tiny(pre_layer_norm=True, share_embeddings=False, num_encoder_layers=2, num_decoder_layers=2)
   params = perturbed_params(config)

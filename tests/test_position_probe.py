@@ -90,6 +90,8 @@ def test_a_scheme_is_named_by_the_options_it_reads():
   assert name(dict(position="shaw", max_distance=16, use_keys=True, use_values=True)) == "shaw, k=16"
   assert name(dict(position="shaw", max_distance=2, use_keys=True, use_values=False)) == "shaw, k=2, a^K only"
   assert name(dict(position="shaw", max_distance=2, use_keys=False, use_values=False)) == "shaw, k=2, neither term"
+  assert name(dict(position="shaw", max_distance=16, use_keys=True, use_values=False, add_sinusoidal=True)) == (
+      "shaw, k=16, a^K only + sinusoidal")
 
 
 def test_a_probe_has_a_row_per_layer_and_position_and_a_monotonicity_per_decoder_layer(probes):

@@ -102,8 +102,9 @@ def test_parametrised_scheme_lists_are_the_registry():
     ("learned", dict(learned_init_std=0.0), r"learned_init_std must be > 0, got 0\.0"),
     # check_options: a name no scheme declares, or a value of the wrong type.
     ("alibi", dict(alibi_directional=True), r"unknown position option 'alibi_directional'; allowed: "
-                                            r"\['bucket_max_distance', 'learned_init_std', 'max_distance', "
-                                            r"'num_buckets', 'rope_base', 'share_heads', 'use_keys', 'use_values'\]"),
+                                            r"\['add_sinusoidal', 'bucket_max_distance', 'learned_init_std', "
+                                            r"'max_distance', 'num_buckets', 'rope_base', 'share_heads', 'use_keys', "
+                                            r"'use_values'\]"),
     ("shaw", dict(max_distance=2.5), r"position option max_distance = 2\.5 is not allowed; allowed: a int"),
     ("shaw", dict(use_keys=1), r"position option use_keys = 1 is not allowed; allowed: a bool"),
     ("shaw", dict(max_distance=True), r"position option max_distance = True is not allowed; allowed: a int"),
@@ -134,9 +135,10 @@ def test_learned_table_starts_at_learned_init_std(std):
 
 def test_options_list_every_scheme_option_with_its_default():
   assert positions.options() == dict(max_distance=16, use_keys=True, use_values=True, share_heads=False,
-                                     num_buckets=32, bucket_max_distance=128, rope_base=10000.0,
+                                     add_sinusoidal=False, num_buckets=32, bucket_max_distance=128, rope_base=10000.0,
                                      learned_init_std=0.02)
-  assert positions.scheme_options("shaw") == dict(max_distance=16, use_keys=True, use_values=True, share_heads=False)
+  assert positions.scheme_options("shaw") == dict(max_distance=16, use_keys=True, use_values=True, share_heads=False,
+                                                  add_sinusoidal=False)
   assert positions.scheme_options("t5") == dict(num_buckets=32, bucket_max_distance=128)
   assert positions.scheme_options("rope") == dict(rope_base=10000.0)
   assert positions.scheme_options("learned") == dict(learned_init_std=0.02)
@@ -362,6 +364,16 @@ def test_sinusoid_values():
   np.testing.assert_allclose(table[:, 1::2], np.cos(angles), rtol=1e-5, atol=1e-6)
   # embed(x, offset) adds the rows of positions offset, offset + 1, ...
   np.testing.assert_allclose(embedded[0], table[3:6], rtol=1e-5, atol=1e-6)
+
+
+def test_shaw_adds_the_sinusoids_only_when_asked():
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 5, 8)), jnp.float32)
+  sinusoidal = positions.make("sinusoidal", 2, 4)
+  expected = np.asarray(sinusoidal.apply({}, x, 3, method=sinusoidal.embed))
+  for add, want in ((True, expected), (False, np.asarray(x))):
+    shaw = positions.make("shaw", 2, 4, options=dict(add_sinusoidal=add))
+    np.testing.assert_array_equal(np.asarray(shaw.apply({}, x, 3, method=shaw.embed)), want)
+  assert not np.allclose(expected, x)
 
 
 def test_learned_rejects_sequences_longer_than_its_table(random_variables):

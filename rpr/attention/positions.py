@@ -173,12 +173,17 @@ def _positions(length: int, offset) -> Array:
   return jnp.arange(length) + jnp.asarray(offset, jnp.int32)
 
 
+def _add_sinusoid(x: Array, offset) -> Array:
+  """``x [b, L, d]`` plus the sinusoids of positions ``offset .. offset + L - 1``."""
+  return x + sinusoid(_positions(x.shape[1], offset), x.shape[-1], x.dtype)[None]
+
+
 @register("sinusoidal")
 class Sinusoidal(Scheme):
   """Absolute sinusoidal encoding added to the embeddings."""
 
   def embed(self, x: Array, offset=0) -> Array:
-    return x + sinusoid(_positions(x.shape[1], offset), x.shape[-1], x.dtype)[None]
+    return _add_sinusoid(x, offset)
 
 
 @register("learned")
@@ -214,9 +219,15 @@ class Shaw(Scheme):
   use_keys: bool = True  # the a^K term (on the logits)
   use_values: bool = True  # the a^V term (on the values)
   share_heads: bool = False  # one table for all heads (Shaw's big model) instead of one per head
+  # Also add the sinusoidal encoding at the embeddings. Shaw et al. drop it in their relative models,
+  # having found no benefit in keeping it.
+  add_sinusoidal: bool = False
 
   def check(self) -> None:
     check_max_distance(self.max_distance)
+
+  def embed(self, x: Array, offset=0) -> Array:
+    return _add_sinusoid(x, offset) if self.add_sinusoidal else x
 
   @nn.compact
   def terms(self, query: Array, key: Array, q_offset=0) -> Terms:
