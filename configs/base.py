@@ -51,8 +51,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.position = "shaw"  # scheme of encoder and decoder (rpr.attention.SCHEMES)
   c.model.cross_position = "none"  # scheme of the encoder-decoder attention (Shaw et al.: none)
   # The schemes' options, each documented on its scheme class in rpr/attention/positions.py (Shaw:
-  # max_distance, use_keys, use_values, share_heads; T5: num_buckets, bucket_max_distance; RoPE: rope_base;
-  # learned: learned_init_std).
+  # max_distance, use_keys, use_values, share_heads, add_sinusoidal; T5: num_buckets, bucket_max_distance;
+  # RoPE: rope_base; learned: learned_init_std).
   c.model.position_options = ml_collections.ConfigDict(positions.options())
   c.model.position_options.max_distance = 8  # Shaw's clipping distance k
   c.model.pre_layer_norm = False  # True: pre-LN, False: post-LN (Vaswani, Shaw)

@@ -58,7 +58,7 @@ class ModelConfig:
     cross_position: scheme of the encoder-decoder attention; ``"none"`` as in
       Shaw et al. Only schemes acting inside attention are allowed here.
     position_options: the schemes' options by name (:func:`rpr.attention.positions.options`:
-      Shaw's ``max_distance``, ``use_keys``, ``use_values``, ``share_heads``;
+      Shaw's ``max_distance``, ``use_keys``, ``use_values``, ``share_heads``, ``add_sinusoidal``;
       T5's ``num_buckets``, ``bucket_max_distance``; RoPE's ``rope_base``);
       each scheme takes the ones it declares, the others keep their defaults.
     pre_layer_norm: False for post-LN (Vaswani, Shaw), True for pre-LN.
