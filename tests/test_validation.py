@@ -73,7 +73,7 @@ TYPED_BAD = [
     ("model.position", ["shaw"], r"config.model.position = \['shaw'\] is not allowed; allowed: \[.*'shaw'"),
     ("model", 5, r"config.model = 5 is not allowed; allowed: a dict of rpr.model.ModelConfig's fields"),
     ("model.position_options", 5, r"config.model.position_options = 5 is not allowed; allowed: a dict of scheme "
-                                  r"options, keys from \['bucket_max_distance'"),
+                                  r"options, keys from \['add_sinusoidal', 'bucket_max_distance'"),
     ("learning_rate", 10 ** 400, r"config.learning_rate = 10{400} is not allowed; allowed: a number > 0.0 and finite"),
     # The options of every scheme are checked, whichever the model uses (tiny: shaw).
     ("model.position_options.num_buckets", 0, r"config.model.position_options: t5 num_buckets must be >= 2, got 0"),
