@@ -73,10 +73,21 @@ def get_config() -> ml_collections.ConfigDict:
   c.grad_clip_norm = config_dict.placeholder(float)  # clip gradients to this global norm; None: no clipping
   c.label_smoothing = 0.1  # eps of label smoothing (Vaswani et al.: 0.1)
   c.num_train_steps = 2000  # total optimizer steps (a resumed run continues up to here)
+  # Stop before num_train_steps once the run has stopped improving (rpr/plateau.py): at an evaluation step S >=
+  # plateau_min_steps, the mean of the last plateau_smoothing evaluations of plateau_metric gained less than
+  # plateau_min_gain over the last plateau_window of the steps. None: train to num_train_steps.
+  c.plateau_metric = config_dict.placeholder(str)  # e.g. "validation/bleu" (an eval_splits metric)
+  c.plateau_min_steps = 0  # never stop before this step
+  c.plateau_window = 0.25  # the fraction of the steps the gain is measured over
+  c.plateau_min_gain = 0.0  # in the metric's units
+  c.plateau_smoothing = 1  # evaluations averaged into one value
 
   # Evaluation and bookkeeping.
   c.eval_every_steps = 500  # evaluate every this many steps, and at the end
   c.decode_method = "greedy"  # greedy or beam
+  # How final_eval_splits are decoded at the last step (None: decode_method); "beam" beside a greedy
+  # decode_method gives cheap greedy learning curves and a beam-search test score.
+  c.final_decode_method = config_dict.placeholder(str)
   c.decode_extra_length = 50  # decode at most (input length + this) tokens, capped by model.max_length
   c.beam_size = 4  # beam search width
   c.beam_alpha = 0.6  # beam search length penalty ((5 + len) / 6)^alpha

@@ -83,7 +83,7 @@ def _flag_value(value: Any) -> str:
 def command(run: sweeps.Run, root: str, sweep: str) -> str:
   """``python run.py --config=<file>[:<variant>] --workdir=<dir> --config.<key>=<value> ...``."""
   config = run.config + (f":{run.variant}" if run.variant else "")
-  words = ["python", "run.py", f"--config={_flag_value(config)}", f"--workdir={_flag_value(run.workdir(root, sweep))}"]
+  words = ["python", "run.py", f"--config={_flag_value(config)}", f"--workdir={_flag_value(sweeps.get(sweep).workdir(run, root))}"]
   words += [f"--config.{k}={_flag_value(v)}" for k, v in run.settings(root).items()]
   return " ".join(words)
 
@@ -91,7 +91,8 @@ def command(run: sweeps.Run, root: str, sweep: str) -> str:
 def finished(workdir: str, config) -> bool:
   """Whether ``workdir`` holds the run's last step with the evaluation of every split the config evaluates there.
 
-  Those are ``eval_splits`` and ``final_eval_splits``; without any, the last step's log is enough.
+  Those are ``eval_splits`` and ``final_eval_splits``; without any, the last step's log is enough. The last
+  step is ``num_train_steps``, or the step where the plateau rule stopped the run (``plateau/reached``).
   """
   path = os.path.join(workdir, "metrics.jsonl")
   if not os.path.exists(path):
@@ -101,9 +102,11 @@ def finished(workdir: str, config) -> bool:
   from rpr import run_config
 
   splits = run_config.evaluated_splits(config)
+  stopped = [r["step"] for r in records if "plateau/reached" in r]
+  end = min([config.num_train_steps, *stopped])
   last = {}
   for r in records:
-    if r["step"] >= config.num_train_steps:
+    if r["step"] >= end:
       last.update(r)
   return bool(last) and all(f"{s}/loss" in last for s in splits)
 
@@ -117,9 +120,10 @@ def select(sweep: sweeps.Sweep, only=(), seeds=()) -> list[sweeps.Run]:
 
 
 def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) -> str:
-  globs = [os.path.join(root, sweep.name, "*", "*"), *(os.path.join(root, run, "*") for run in sweep.shared())]
+  globs = [os.path.join(root, sweep.folder, "*", "*"),
+           *(os.path.join(root, sweeps.get(run.split("/")[0]).folder, run.split("/")[1], "*") for run in sweep.shared())]
   words = ["python", "-m", "experiments.report", *map(shlex.quote, globs), *map(shlex.quote, sweep.report),
-           "--out", shlex.quote(out or os.path.join("experiments", "results", sweep.results or sweep.name))]
+           "--out", shlex.quote(out or os.path.join("experiments", "results", sweep.folder))]
   return " ".join(words)
 
 
@@ -174,7 +178,7 @@ def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
 
 def run_sweep(sweep: sweeps.Sweep, root: str, runs: list[sweeps.Run], train_fn=None) -> dict[str, list[str]]:
   """:func:`train_all` over ``runs`` of ``sweep``, each in ``<root>/<sweep>/<run name>/seed<seed>``."""
-  return train_all([Job(load_config(r, root), r.workdir(root, sweep.name), command(r, root, sweep.name))
+  return train_all([Job(load_config(r, root), sweep.workdir(r, root), command(r, root, sweep.name))
                     for r in runs], train_fn)
 
 
@@ -197,7 +201,7 @@ def main(argv):
   root = _ROOT.value
   if _PRINT.value:
     for run in runs:
-      done = finished(run.workdir(root, sweep.name), load_config(run, root))
+      done = finished(sweep.workdir(run, root), load_config(run, root))
       print(("# finished: " if done else "") + command(run, root, sweep.name))
     return 0
   logging.get_absl_handler().addFilter(_OrbaxInfoFilter())

@@ -47,8 +47,14 @@ class Run:
   # run's workdir, so it is trained once and counted once; tests/test_sweep.py checks that the configs agree.
   same_as: str = ""
 
-  def workdir(self, root: str, sweep: str) -> str:
-    return str(pathlib.Path(root) / (self.same_as or f"{sweep}/{self.name}") / f"seed{self.seed}")
+  def workdir(self, root: str, folder: str) -> str:
+    """``<root>/<folder>/<name>/seed<seed>``; for a ``same_as`` run, the other sweep's run's workdir."""
+    if self.same_as:
+      sweep, name = self.same_as.split("/")
+      folder, other = get(sweep).folder, name
+    else:
+      other = self.name
+    return str(pathlib.Path(root) / folder / other / f"seed{self.seed}")
 
   def settings(self, root: str) -> dict[str, Any]:
     """The config keys this run sets over its config file's variant: overrides, then the seed."""
@@ -62,7 +68,14 @@ class Sweep:
   description: str
   runs: tuple[Run, ...]
   report: tuple[str, ...] = ()  # arguments of experiments.report after the workdir glob
-  results: str = ""  # the report's directory under experiments/results ("" for the sweep's name)
+  results: str = ""  # the sweep's folder under the root: its runs and its report ("" for the sweep's name)
+
+  @property
+  def folder(self) -> str:
+    return self.results or self.name
+
+  def workdir(self, run: Run, root: str) -> str:
+    return run.workdir(root, self.folder)
 
   def shared(self) -> tuple[str, ...]:
     """The other sweeps' runs this one reads (``Run.same_as``), in order of first use."""
@@ -252,3 +265,41 @@ register(Sweep(
              Run("sinusoidal", "configs/translation.py", "pe=sinusoidal", same_as="translation_table1/sinusoidal")],
             seed_major=True),
     report=TRANSLATION_REPORT, results="translation/absolute"))
+
+# Learning curves at 4x the budget (issue: do the real-text differences survive training?). The LM's cosine
+# schedule ends at num_train_steps, so a longer run is a new run, not an extension: 8,000 steps (7.1 epochs),
+# validation perplexity every 500 steps as the curve, the test windows at 1x-8x once at the end.
+LM_CURVE_STEPS = 8_000
+_LM_CURVE = (("num_train_steps", LM_CURVE_STEPS), ("eval_every_steps", 500), ("eval_splits", ("validation",)),
+             ("final_eval_splits", tuple(m.split("/")[0] for m in _LM_TEST)), ("checkpoint_every_steps", 500),
+             ("keep_checkpoints", 2))
+register(Sweep(
+    "lm_curves", f"LM learning curves to {LM_CURVE_STEPS:,} steps (4x): Shaw's k in 2 8 16 64 256, RoPE, ALiBi, "
+    "sinusoidal, 3 seeds",
+    _seeded([Run(f"k={k}", "configs/lm.py", f"pe=shaw,k={k}", _LM_CURVE) for k in (2, 8, 16, 64, 256)]
+            + [Run(s, "configs/lm.py", f"pe={s}", _LM_CURVE) for s in ("rope", "alibi", "sinusoidal")],
+            seed_major=True),
+    report=("--metric", "test/perplexity", *LM_LENGTHS_REPORT), results="lm/curves"))
+
+# Translation learning curves to a plateau. The rule, fixed before the runs: evaluate validation BLEU (greedy)
+# every 500 steps; at a step S >= 10,000 (4x the 2,500-step budget of Tables 1-3), stop when the mean of the last
+# 3 evaluations gained less than 0.2 BLEU over the mean of the 3 at or before 0.75 S; else train on, to at most
+# 30,000 steps. Test BLEU by beam search (4, alpha 0.6) at the step the run stops. The Vaswani schedule does not
+# depend on num_train_steps, so the first 2,500 steps are those of the committed 2,500-step runs.
+TRANSLATION_CURVE = (("num_train_steps", 30_000), ("eval_every_steps", 500), ("decode_method", "greedy"),
+                     ("final_decode_method", "beam"), ("plateau_metric", "validation/bleu"),
+                     ("plateau_min_steps", 10_000), ("plateau_window", 0.25), ("plateau_min_gain", 0.2),
+                     ("plateau_smoothing", 3), ("checkpoint_every_steps", 1_000), ("keep_checkpoints", 2))
+_CURVE_CELLS = (  # (name, variant, overrides, seeds): 3 seeds for Shaw, sinusoidal and RoPE, 2 for the rest
+    ("shaw", "pe=shaw,k=16", (), 3), ("sinusoidal", "pe=sinusoidal", (), 3), ("rope", "pe=rope", (), 3),
+    ("t5", "pe=t5", (), 2), ("alibi_directional", "pe=alibi_directional", (), 2),
+    *((f"k={k}", f"pe=shaw,k={k}", (), 2) for k in (0, 1, 2, 64)),
+    ("av=off,ak=on", "pe=shaw,k=16", _AK_ALONE, 2),
+    ("av=on,ak=off", "pe=shaw,k=16", (("model.position_options.use_keys", False),), 2),
+    ("ak+sinusoidal", "pe=shaw,k=16", _AK_ALONE + _SINUSOIDS, 2))
+register(Sweep(
+    "translation_curves", "Bible FR-EN learning curves to a plateau (validation BLEU every 500 steps, >= 10,000 "
+    "steps): Table 1's schemes, k in 0 1 2 64, a^K alone, a^V alone, a^K alone + sinusoids",
+    tuple(Run(name, "configs/translation.py", variant, overrides + TRANSLATION_CURVE, seed=s)
+          for s in SEEDS for name, variant, overrides, n in _CURVE_CELLS if s < n),
+    report=TRANSLATION_REPORT, results="translation/curves"))

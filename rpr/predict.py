@@ -46,15 +46,19 @@ def predict(params, inputs: Array, *, model_config: ModelConfig, max_decode_len:
 
 
 def make_predict_fn(config, model_config: ModelConfig, batch_sharding: NamedSharding,
-                    replicated: NamedSharding) -> Callable[[object, Array, int], Array]:
-  """``fn(params, inputs, max_decode_len)`` jitted with the run's shardings; output replicated (host-readable)."""
+                    replicated: NamedSharding, method: str | None = None) -> Callable[[object, Array, int], Array]:
+  """``fn(params, inputs, max_decode_len)`` jitted with the run's shardings; output replicated (host-readable).
+
+  ``method``: greedy or beam (default ``config.decode_method``).
+  """
   jitted = {}
+  method = method or config.decode_method
 
   def fn(params, inputs, max_decode_len: int):
     if max_decode_len not in jitted:
       jitted[max_decode_len] = jax.jit(
           functools.partial(predict, model_config=model_config, max_decode_len=max_decode_len,
-                            method=config.decode_method, beam_size=config.beam_size, alpha=config.beam_alpha),
+                            method=method, beam_size=config.beam_size, alpha=config.beam_alpha),
           in_shardings=(replicated, batch_sharding), out_shardings=replicated)
     return jitted[max_decode_len](params, inputs)
 

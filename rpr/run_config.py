@@ -26,6 +26,7 @@ from absl import logging
 from rpr import data
 from rpr import model as model_lib
 from rpr import optim
+from rpr import plateau
 from rpr.attention import positions
 from rpr.data import synthetic
 
@@ -33,17 +34,19 @@ DECODE_METHODS = ("greedy", "beam")
 # Keys a resumed run may change: how far it trains, how often it logs, evaluates and saves, and how it
 # evaluates. The updates stay those of a straight run, except num_train_steps under the cosine schedule,
 # which decays to 0 at num_train_steps (so it is safe only for the other schedules).
+PLATEAU_KEYS = ("plateau_metric", "plateau_min_steps", "plateau_window", "plateau_min_gain", "plateau_smoothing")
 RESUME_SAFE_KEYS = ("num_train_steps", "eval_every_steps", "log_every_steps", "checkpoint_every_steps",
                     "keep_checkpoints", "eval_splits", "final_eval_splits", "eval_batch_size", "max_eval_batches",
                     "num_eval_examples", "eval_by_length", "source_length_buckets", "decode_method",
-                    "decode_extra_length", "beam_size", "beam_alpha")
+                    "decode_extra_length", "beam_size", "beam_alpha", "final_decode_method", *PLATEAU_KEYS)
 # The top-level keys the engine reads (configs/base.py's, but for copy/reverse's); a data set reads its own too
 # (rpr.data.register(keys=...)), and a config key that neither reads is refused.
 ENGINE_KEYS = ("dataset", "seed", "batch_size", "eval_batch_size", "eval_splits", "final_eval_splits",
                "max_eval_batches", "eval_by_length", "source_length_buckets", "model", "optimizer", "learning_rate",
                "schedule", "warmup_steps", "adam_b1", "adam_b2", "adam_eps", "weight_decay", "grad_clip_norm",
                "label_smoothing", "num_train_steps", "eval_every_steps", "decode_method", "decode_extra_length",
-               "beam_size", "beam_alpha", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints")
+               "beam_size", "beam_alpha", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
+               "final_decode_method", *PLATEAU_KEYS)
 
 
 def evaluated_splits(config, final: bool = True) -> tuple[str, ...]:
@@ -197,6 +200,9 @@ def _validate(config, num_devices: int) -> None:
 
   # Evaluation and bookkeeping.
   _choice(config, "decode_method", DECODE_METHODS)
+  if config.get("final_decode_method") is not None:
+    _choice(config, "final_decode_method", DECODE_METHODS)
+  _validate_plateau(config)
   _int(config, "beam_size", 1)
   _int(config, "decode_extra_length", 1)
   _real(config, "beam_alpha", 0.0)
@@ -209,6 +215,23 @@ def _validate(config, num_devices: int) -> None:
       or not all(isinstance(b, numbers.Integral) and not isinstance(b, bool) and b >= 1 for b in buckets)
       or list(buckets) != sorted(set(buckets))):
     _fail("source_length_buckets", buckets, "a tuple of increasing ints >= 1 (each bucket's largest source length)")
+
+
+def _validate_plateau(config) -> None:
+  metric = config.get("plateau_metric")
+  if metric is None:
+    return
+  split = metric.split("/", 1)[0] if isinstance(metric, str) else None
+  if split not in config.eval_splits:
+    _fail("plateau_metric", metric, f"None or '<split>/<metric>' of a split in eval_splits {tuple(config.eval_splits)}")
+  if metric.rsplit("/", 1)[-1] not in plateau.HIGHER + plateau.LOWER:
+    _fail("plateau_metric", metric, f"'<split>/<name>' with name in {list(plateau.HIGHER + plateau.LOWER)}")
+  _int(config, "plateau_min_steps", 0)
+  _real(config, "plateau_window", 0.0, 1.0, lo_open=True)
+  if config.plateau_window == 1.0:
+    _fail("plateau_window", 1.0, "a number in (0, 1)")
+  _real(config, "plateau_min_gain", 0.0)
+  _int(config, "plateau_smoothing", 1)
 
 
 def environment() -> dict:

@@ -27,86 +27,27 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-import flax
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from rpr import checkpoint
 from rpr import data
-from rpr import metrics
 from rpr import optim
+from rpr import plateau
 from rpr import predict as predict_lib
 from rpr import run_config
 from rpr.evaluation import decode_limits, evaluate  # noqa: F401 (re-exported)
 from rpr.model import ModelConfig, build
 from rpr.sharding import make_mesh, pad_rows, shard_batch  # noqa: F401 (re-exported)
+from rpr.steps import TrainState, eval_step, init_state, train_step  # noqa: F401 (re-exported)
 
 Array = jax.Array
 
 
 class NonFiniteError(FloatingPointError):
   """Training produced a non-finite loss, gradient or parameter."""
-
-
-@flax.struct.dataclass
-class TrainState:
-  step: Array  # int32 []: optimizer updates done
-  params: Any
-  opt_state: Any
-  rng: Array  # uint32 [2]: dropout key; step s uses fold_in(rng, s)
-
-
-# ----------------------------------------------------------------------------
-# Steps (pure functions; jitted with shardings in train_and_evaluate).
-
-
-def init_state(rng: Array, model, tx: optax.GradientTransformation, input_length: int,
-               target_length: int) -> TrainState:
-  init_rng, dropout_rng = jax.random.split(rng)
-  eval_model = build(model.config.replace(deterministic=True))
-  params = eval_model.init(init_rng, jnp.ones((1, input_length), jnp.int32),
-                           jnp.ones((1, target_length), jnp.int32))["params"]
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), rng=dropout_rng)
-
-
-def _all_finite(tree) -> Array:
-  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)]))
-
-
-def train_step(state: TrainState, batch: dict[str, Array], *, model,
-               tx: optax.GradientTransformation, schedule: Callable, label_smoothing: float):
-  """One update on ``batch`` (``inputs [b, L_in]``, ``targets [b, L_out]``) -> ``(state, step metrics)``."""
-  dropout_rng = jax.random.fold_in(state.rng, state.step)
-
-  def loss_fn(params):
-    logits = model.apply({"params": params}, batch["inputs"], batch["targets"], rngs={"dropout": dropout_rng})
-    loss_sum, weight_sum = metrics.cross_entropy(logits, batch["targets"], label_smoothing=label_smoothing)
-    return loss_sum / jnp.maximum(weight_sum, 1.0), (logits, loss_sum, weight_sum)
-
-  (_, (logits, loss_sum, weight_sum)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  correct, _ = metrics.token_accuracy(logits, batch["targets"])
-  grad_norm = optax.tree.norm(grads)
-  step_metrics = {
-      "loss_sum": loss_sum, "weight_sum": weight_sum, "correct_sum": correct, "grad_norm": grad_norm,
-      "learning_rate": schedule(state.step),
-      "finite": jnp.isfinite(loss_sum) & jnp.isfinite(grad_norm) & _all_finite(params),
-  }
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), step_metrics
-
-
-def eval_step(params, batch: dict[str, Array], *, model, label_smoothing: float):
-  """Sums over the batch's non-PAD target tokens: loss, negative log-likelihood, correct tokens, tokens."""
-  logits = model.apply({"params": params}, batch["inputs"], batch["targets"])
-  loss_sum, weight_sum = metrics.cross_entropy(logits, batch["targets"], label_smoothing=label_smoothing)
-  nll_sum, _ = metrics.cross_entropy(logits, batch["targets"], label_smoothing=0.0)
-  correct, _ = metrics.token_accuracy(logits, batch["targets"])
-  return {"loss_sum": loss_sum, "nll_sum": nll_sum, "weight_sum": weight_sum, "correct_sum": correct}
 
 
 # ----------------------------------------------------------------------------
@@ -181,7 +122,9 @@ class _Run:
   ckpt: checkpoint.Checkpoints
   step_fn: Callable
   eval_fn: Callable
-  predict_fn: Callable
+  predict_fn: Callable  # decodes eval_splits
+  final_predict_fn: Callable  # decodes final_eval_splits (config.final_decode_method)
+  records: list  # metrics.jsonl up to the restored step, then what this run writes (process 0; [] elsewhere)
 
 
 def _prepare(config, workdir: str, allow_config_change) -> _Run:
@@ -221,7 +164,19 @@ def _prepare(config, workdir: str, allow_config_change) -> _Run:
   eval_fn = jax.jit(functools.partial(eval_step, model=eval_model, label_smoothing=config.label_smoothing),
                     in_shardings=(replicated, batch_sharding), out_shardings=replicated)
   predict_fn = predict_lib.make_predict_fn(config, model_config, batch_sharding, replicated)
-  return _Run(config, workdir, mesh, task, model_config, state, ckpt, step_fn, eval_fn, predict_fn)
+  final_method = config.get("final_decode_method") or config.decode_method
+  final_predict_fn = (predict_fn if final_method == config.decode_method else
+                      predict_lib.make_predict_fn(config, model_config, batch_sharding, replicated, method=final_method))
+  records = []
+  if jax.process_index() == 0:
+    from rpr import writers
+
+    records, dropped = writers.rewind_jsonl(os.path.join(workdir, "metrics.jsonl"), int(state.step))
+    if dropped:
+      logging.info("Dropped %d record(s) past step %d from metrics.jsonl: they are trained again.", dropped,
+                   int(state.step))
+  return _Run(config, workdir, mesh, task, model_config, state, ckpt, step_fn, eval_fn, predict_fn,
+              final_predict_fn, records)
 
 
 def train_and_evaluate(config, workdir: str, allow_config_change=()) -> dict[str, float]:
@@ -247,23 +202,73 @@ def train_and_evaluate(config, workdir: str, allow_config_change=()) -> dict[str
     writer.close()
 
 
+def _write(run: _Run, writer, step: int, scalars: dict) -> None:
+  writer.write_scalars(step, scalars)
+  run.records.append({"step": step, **scalars})
+
+
 def _evaluate_and_write(run: _Run, writer, step: int, final: bool) -> dict[str, float]:
-  """Evaluates ``eval_splits``, and at the last step ``final_eval_splits`` too; writes and logs the metrics."""
-  splits = run_config.evaluated_splits(run.config, final)
-  if not splits:
-    return {}
+  """Evaluates ``eval_splits``, and at the last step ``final_eval_splits`` too; writes and logs the metrics.
+
+  The final splits are decoded with ``config.final_decode_method``. With a
+  plateau rule (:mod:`rpr.plateau`), an evaluation before the last step also
+  writes ``plateau/gain``; when the rule holds, the run saves its checkpoint,
+  evaluates the final splits and writes ``plateau/reached``: the last step.
+  """
+  config, rule = run.config, plateau.Rule.from_config(run.config)
   t0 = time.time()
-  results = evaluate(run.config, run.task, run.state.params, run.mesh, run.eval_fn, run.predict_fn,
-                     run.model_config.max_length, splits)
-  writer.write_scalars(step, results)
-  logging.info("eval step %d (%.1fs): %s", step, time.time() - t0,
+  results = _evaluate(run, config.eval_splits, run.predict_fn)
+  reached = False
+  if rule is not None and not final:
+    curve = plateau.curve(run.records, rule.metric) + [(step, results[rule.metric])]
+    if (gain := rule.gain(curve, step)) is not None:
+      results["plateau/gain"] = gain
+    reached = _agreed(rule.reached(curve, step))
+  if final or not reached:
+    results.update(_evaluate(run, config.get("final_eval_splits", ()) if final else (), run.final_predict_fn))
+  if results:
+    _write(run, writer, step, results)
+    logging.info("eval step %d (%.1fs): %s", step, time.time() - t0,
+                 ", ".join(f"{k} {v:.4f}" for k, v in results.items()))
+  if reached:
+    results.update(_finish_at_plateau(run, writer, step))
+  return results
+
+
+def _agreed(flag: bool) -> bool:
+  """Process 0's ``flag`` on every process (only process 0 holds the metrics history)."""
+  if jax.process_count() == 1:
+    return flag
+  from jax.experimental import multihost_utils
+
+  return bool(multihost_utils.broadcast_one_to_all(np.int32(flag)))
+
+
+def _finish_at_plateau(run: _Run, writer, step: int) -> dict[str, float]:
+  """The plateau rule held at ``step``: saves it, evaluates the final splits, writes ``plateau/reached``."""
+  if run.ckpt.latest_step() != step and run.ckpt.save(step, run.state, force=True):
+    logging.info("Saved the checkpoint of step %d.", step)
+  run.ckpt.manager.wait_until_finished()
+  logging.info("Plateau reached at step %d (config.plateau_metric %s): the final evaluation.", step,
+               run.config.plateau_metric)
+  t0 = time.time()
+  results = {**_evaluate(run, run.config.get("final_eval_splits", ()), run.final_predict_fn), "plateau/reached": 1.0}
+  _write(run, writer, step, results)
+  logging.info("final eval step %d (%.1fs): %s", step, time.time() - t0,
                ", ".join(f"{k} {v:.4f}" for k, v in results.items()))
   return results
 
 
+def _evaluate(run: _Run, splits, predict_fn) -> dict[str, float]:
+  if not splits:
+    return {}
+  return evaluate(run.config, run.task, run.state.params, run.mesh, run.eval_fn, predict_fn,
+                  run.model_config.max_length, splits)
+
+
 def _log(run: _Run, writer, history: list, done: int, rate: float) -> dict[str, float]:
   summary = {**_summarise(history), "train/steps_per_sec": rate}
-  writer.write_scalars(done, summary)
+  _write(run, writer, done, summary)
   steps = run.config.num_train_steps
   logging.info("step %d/%d: loss %.4f, accuracy %.4f, %.2f steps/s, ETA %s", done, steps, summary["train/loss"],
                summary["train/accuracy"], rate, _eta((steps - done) / max(rate, 1e-9)))
@@ -275,6 +280,10 @@ def _loop(run: _Run, writer, stop: _StopRequest) -> dict[str, float]:
   config, ckpt, mesh = run.config, run.ckpt, run.mesh
   final: dict[str, float] = {}
   num_steps, start = config.num_train_steps, int(run.state.step)
+  if 0 < start < num_steps:  # a restart: an evaluation its predecessor was due to write, or its plateau
+    done_before = _resume_evaluation(run, writer, start)
+    if done_before is not None:
+      return {**final, **done_before, "step": float(start)}
   history, previous, t_log, step_log = [], None, time.time(), start
   for step in range(start, num_steps):
     # PAD rows (weight 0) make a token-budget batch's row count divisible by the devices.
@@ -302,10 +311,33 @@ def _loop(run: _Run, writer, stop: _StopRequest) -> dict[str, float]:
       return {**final, "step": float(done), "stopped_by_signal": 1.0}
     if eval_due:
       final.update(_evaluate_and_write(run, writer, done, final=done == num_steps))
+      if final.get("plateau/reached"):
+        return {**final, "step": float(done)}
   if start >= num_steps:  # nothing left to train: evaluate the restored state
     final.update(_evaluate_and_write(run, writer, int(run.state.step), final=True))
   final["step"] = float(run.state.step)
   return final
+
+
+def _resume_evaluation(run: _Run, writer, step: int) -> Optional[dict[str, float]]:
+  """At a restored ``step``: the evaluation due there if none was written; the final metrics if the run is done.
+
+  A run killed between a checkpoint and the evaluation of the same step
+  evaluates it now. A run whose plateau rule held at ``step`` (it saved,
+  then stopped) is finished: its final evaluation is written if it is
+  missing, and its metrics are returned (None: train on).
+  """
+  config, rule = run.config, plateau.Rule.from_config(run.config)
+  at_step = {k: v for r in run.records if r["step"] == step for k, v in r.items()}
+  if step % config.eval_every_steps == 0 and not _agreed(all(f"{s}/loss" in at_step for s in config.eval_splits)):
+    results = _evaluate_and_write(run, writer, step, final=False)
+    return results if results.get("plateau/reached") else None
+  if rule is None or not _agreed(rule.reached(plateau.curve(run.records, rule.metric), step)):
+    return None
+  if _agreed("plateau/reached" in at_step):
+    logging.info("The plateau rule held at step %d and the final evaluation is written: nothing to do.", step)
+    return at_step
+  return _finish_at_plateau(run, writer, step)
 
 
 def _stop_agreed(stop: _StopRequest, ckpt: checkpoint.Checkpoints, step: int, log_due: bool) -> bool:

@@ -82,3 +82,30 @@ def read_jsonl(path: str) -> list[dict]:
   with open(path, encoding="utf-8") as f:
     return [json.loads(line) for line in f if line.strip()]
 
+
+def rewind_jsonl(path: str, step: int) -> tuple[list[dict], int]:
+  """Drops the records of ``path`` past ``step`` (a resumed run's restored step): ``(kept records, dropped)``.
+
+  A run killed after its last checkpoint logged steps it will train again;
+  without this they would appear twice. The file is replaced atomically.
+  """
+  if not os.path.exists(path):
+    return [], 0
+  with open(path, encoding="utf-8") as f:
+    lines = [line for line in f if line.strip()]
+  records = []
+  for i, line in enumerate(lines):
+    try:
+      records.append(json.loads(line))
+    except ValueError:
+      if i < len(lines) - 1:
+        raise ValueError(f"{path}, line {i + 1}: not a JSON record") from None
+      # the last line, cut short by a kill mid-write: dropped below
+  kept = [r for r in records if r["step"] <= step]
+  if len(kept) < len(lines):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in kept)
+    os.replace(tmp, path)
+  return kept, len(lines) - len(kept)
+

@@ -20,7 +20,7 @@ from rpr.attention import positions
 @pytest.mark.parametrize("name", sorted(sweeps.SWEEPS))
 def test_every_run_of_every_sweep_has_a_valid_config_and_its_own_workdir(name):
   sweep = sweeps.get(name)
-  workdirs = [r.workdir("root", name) for r in sweep.runs]
+  workdirs = [sweep.workdir(r, "root") for r in sweep.runs]
   assert len(set(workdirs)) == len(workdirs)
   for run in sweep.runs:
     _skip_without_config_file(run)
@@ -89,7 +89,7 @@ def test_length_sweep_covers_every_scheme_with_three_seeds():
     ("length_tiny", "shaw", "python run.py --config=configs/length.py:tiny,pe=shaw --workdir={root}/length_tiny/shaw/seed1 "
      "--config.seed=1"),
     ("table3_cpu", "av=off,ak=on", "python run.py --config=configs/arithmetic.py:pe=shaw,k=16 "
-     "--workdir={root}/table3_cpu/av=off,ak=on/seed1 --config.num_train_steps=4000 --config.model.position_options.use_values=False --config.model.position_options.use_keys=True --config.seed=1"),
+     "--workdir={root}/clipping/table3/av=off,ak=on/seed1 --config.num_train_steps=4000 --config.model.position_options.use_values=False --config.model.position_options.use_keys=True --config.seed=1"),
 ])
 def test_printed_commands_name_the_config_variant_workdir_and_every_key(tmp_path, name, only, expected):
   _skip_without_config_file(sweep_lib.select(sweeps.get(name), only=[only])[0])
@@ -118,12 +118,12 @@ def test_run_sweep_trains_in_turn_skips_finished_runs_and_goes_on_after_a_failur
     _finish(pathlib.Path(workdir), config.num_train_steps)
 
   first = sweep.runs[0]
-  _finish(pathlib.Path(first.workdir(root, sweep.name)), 10)  # finished before
-  _finish(pathlib.Path(sweep.runs[1].workdir(root, sweep.name)), 5)  # stopped half way: resumed
+  _finish(pathlib.Path(sweep.workdir(first, root)), 10)  # finished before
+  _finish(pathlib.Path(sweep.workdir(sweep.runs[1], root)), 5)  # stopped half way: resumed
   outcome = sweep_lib.run_sweep(sweep, root, list(sweep.runs), train_fn=fake_train)
-  assert outcome["skipped"] == [first.workdir(root, sweep.name)]
+  assert outcome["skipped"] == [sweep.workdir(first, root)]
   assert [(p, s) for p, s, _ in calls] == [("shaw", 1), ("sinusoidal", 0), ("sinusoidal", 1)]
-  assert len(outcome["done"]) == 2 and outcome["failed"] == [sweep.runs[3].workdir(root, sweep.name)]
+  assert len(outcome["done"]) == 2 and outcome["failed"] == [sweep.workdir(sweep.runs[3], root)]
   # Run again: only the failed run is left.
   calls.clear()
   outcome = sweep_lib.run_sweep(sweep, root, list(sweep.runs), train_fn=fake_train)
@@ -194,14 +194,14 @@ def test_a_shared_cell_is_the_other_sweeps_run_with_the_same_config():
   for s, run in shared:
     other_sweep, other_name = run.same_as.split("/")
     (other,) = [r for r in sweeps.get(other_sweep).runs if r.name == other_name and r.seed == run.seed]
-    assert run.workdir("root", s.name) == other.workdir("root", other_sweep)  # trained once, counted once
+    assert s.workdir(run, "root") == sweeps.get(other_sweep).workdir(other, "root")  # trained once, counted once
     assert sweep_lib.load_config(run, "root").to_dict() == sweep_lib.load_config(other, "root").to_dict()
 
 
 def test_report_command_reads_the_shared_runs_into_the_committed_directory():
   words = sweep_lib.report_command(sweeps.get("translation_table3"), "experiments/results").split()
-  assert words[3:5] == ["'experiments/results/translation_table3/*/*'",
-                        "'experiments/results/translation_table1/shaw/*'"]
+  assert words[3:5] == ["'experiments/results/translation/table3/*/*'",
+                        "'experiments/results/translation/table1/shaw/*'"]
   assert words[-2:] == ["--out", "experiments/results/translation/table3"]
 
 

@@ -1,0 +1,69 @@
+"""The plateau rule: when a run has stopped improving on an evaluated metric.
+
+At an evaluation step ``S``, the metric's smoothed value ``v(S)`` is the mean
+of its ``smoothing`` latest evaluations at steps <= ``S``. The gain over the
+last ``window`` of the steps is ``v(S) - v((1 - window) S)``, sign-flipped
+for a metric where lower is better (loss, perplexity). The rule holds at
+``S`` when ``S >= min_steps`` and the gain is below ``min_gain``.
+
+The config keys ``plateau_metric`` (None: train to ``num_train_steps``),
+``plateau_min_steps``, ``plateau_window``, ``plateau_min_gain`` and
+``plateau_smoothing`` set it (configs/base.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+# Metric names by their last part: which way is better.
+HIGHER = ("bleu", "chrf", "accuracy", "exact_match")
+LOWER = ("loss", "perplexity")
+
+
+def higher_is_better(metric: str) -> bool:
+  """``validation/bleu`` -> True, ``validation/perplexity`` -> False; ValueError for another name."""
+  name = metric.rsplit("/", 1)[-1]
+  if name in HIGHER:
+    return True
+  if name in LOWER:
+    return False
+  raise ValueError(f"plateau metric {metric!r}: allowed: '<split>/<name>' with name in {list(HIGHER + LOWER)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  metric: str  # e.g. "validation/bleu"
+  min_steps: int  # never stop before this step
+  window: float  # the fraction of the steps the gain is measured over, in (0, 1)
+  min_gain: float  # stop when the smoothed metric gained less than this over the window
+  smoothing: int = 1  # evaluations averaged into one smoothed value
+
+  @classmethod
+  def from_config(cls, config) -> Optional["Rule"]:
+    if config.get("plateau_metric") is None:
+      return None
+    return cls(config.plateau_metric, config.plateau_min_steps, config.plateau_window, config.plateau_min_gain,
+               config.plateau_smoothing)
+
+  def smoothed(self, curve: Sequence[tuple[int, float]], step: float) -> Optional[float]:
+    """Mean of the ``smoothing`` latest values at steps <= ``step``; None when there are fewer."""
+    values = [v for s, v in sorted(curve) if s <= step][-self.smoothing:]
+    return sum(values) / len(values) if len(values) == self.smoothing else None
+
+  def gain(self, curve: Sequence[tuple[int, float]], step: int) -> Optional[float]:
+    """The smoothed improvement over the last ``window`` of the steps up to ``step``; None if not yet defined."""
+    now, before = self.smoothed(curve, step), self.smoothed(curve, (1.0 - self.window) * step)
+    if now is None or before is None:
+      return None
+    return now - before if higher_is_better(self.metric) else before - now
+
+  def reached(self, curve: Sequence[tuple[int, float]], step: int) -> bool:
+    """Whether the run has stopped improving at ``step`` (an evaluation step of ``curve``)."""
+    gain = self.gain(curve, step)
+    return step >= self.min_steps and gain is not None and gain < self.min_gain
+
+
+def curve(records: Sequence[dict], metric: str) -> list[tuple[int, float]]:
+  """``(step, value)`` of every record that holds ``metric`` (metrics.jsonl records)."""
+  return [(int(r["step"]), float(r[metric])) for r in records if metric in r]

@@ -1,0 +1,116 @@
+"""rpr.plateau (the rule), and the training loop stopping on it, resuming at it, and evaluating on restart."""
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+
+from experiments import sweep as sweep_lib
+from rpr import data
+from rpr import plateau
+from rpr import predict as predict_lib
+from rpr import run_config
+from rpr import train
+from rpr import writers
+from tests.test_train import _SigtermAt, compilation_cache, load_state, tiny_config  # noqa: F401 (fixture)
+
+
+def test_gain_is_the_smoothed_change_over_the_window_signed_by_the_metric():
+  rule = plateau.Rule("validation/bleu", min_steps=0, window=0.25, min_gain=0.2, smoothing=2)
+  curve = [(500, 1.0), (1000, 2.0), (1500, 3.0), (2000, 3.1), (2500, 3.2), (3000, 3.3), (3500, 3.4), (4000, 3.4)]
+  # v(4000) = mean(3.4, 3.4); v(3000) = mean(3.2, 3.3)
+  assert rule.gain(curve, 4000) == pytest.approx(3.4 - 3.25)
+  assert rule.reached(curve, 4000)
+  assert not rule.reached(curve, 2000)  # v(2000) = 3.05, v(1500) = 2.5: still improving
+  assert rule.gain(curve, 1000) is None  # v(750) needs two evaluations at <= 750
+  assert not dataclasses.replace(rule, min_steps=4500).reached(curve, 4000)
+  lower = plateau.Rule("validation/perplexity", 0, 0.5, 1.0)
+  assert lower.gain([(1, 50.0), (2, 45.0)], 2) == 5.0  # lower is better: a fall is a gain
+  assert not lower.reached([(1, 50.0), (2, 45.0)], 2) and lower.reached([(1, 50.0), (2, 49.5)], 2)
+
+
+@pytest.mark.parametrize("metric", ["validation/bleu", "test/chrf", "valid/exact_match", "valid/perplexity"])
+def test_which_way_is_better_comes_from_the_metric_name(metric):
+  assert plateau.higher_is_better(metric) == (not metric.endswith(("perplexity", "loss")))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"plateau_metric": "valid/steps"}, "plateau_metric = 'valid/steps'"),
+    ({"plateau_metric": "test/loss"}, "a split in eval_splits"),
+    ({"plateau_metric": "valid/loss", "plateau_window": 1.0}, "plateau_window"),
+    ({"plateau_metric": "valid/loss", "plateau_smoothing": 0}, "plateau_smoothing"),
+    ({"final_decode_method": "sample"}, "final_decode_method = 'sample'"),
+])
+def test_bad_plateau_settings_fail_naming_the_key(overrides, message):
+  with pytest.raises(run_config.ConfigError, match=message):
+    run_config.validate(tiny_config(**overrides), num_devices=1)
+
+
+# The valid loss of the tiny run falls by far less than 100 per window: the rule holds at the first
+# evaluation step >= plateau_min_steps where the gain is defined (step 8).
+PLATEAU = dict(num_train_steps=40, eval_splits=("valid",), final_eval_splits=("long",), eval_every_steps=2,
+               log_every_steps=2, checkpoint_every_steps=100, plateau_metric="valid/loss", plateau_min_steps=8,
+               plateau_window=0.5, plateau_min_gain=100.0, final_decode_method="beam", beam_size=2,
+               model={"dropout_rate": 0.1})
+
+
+def test_the_plateau_stops_the_run_saves_it_and_scores_the_final_splits_once(tmp_path, monkeypatch):
+  methods = []
+  make = predict_lib.make_predict_fn
+  monkeypatch.setattr(predict_lib, "make_predict_fn", lambda *a, **k: methods.append(k.get("method")) or make(*a, **k))
+  config = tiny_config(**PLATEAU)
+  out = train.train_and_evaluate(config, str(tmp_path))
+  assert methods == [None, "beam"]  # eval_splits by decode_method (greedy), the final splits by beam
+  assert out["step"] == 8 and out["plateau/reached"] == 1.0 and "long/exact_match" in out
+  records = writers.read_jsonl(tmp_path / "metrics.jsonl")
+  assert max(r["step"] for r in records) == 8
+  assert [r["step"] for r in records if "plateau/gain" in r] == [4, 6, 8]  # v(S / 2) exists from S = 4 on
+  assert [r["step"] for r in records if "long/loss" in r] == [8]
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["8"]
+  assert sweep_lib.finished(str(tmp_path), config)
+
+  # Run again: nothing is trained, evaluated or written.
+  before = (tmp_path / "metrics.jsonl").read_text()
+  again = train.train_and_evaluate(config, str(tmp_path))
+  assert again["step"] == 8 and again["long/loss"] == out["long/loss"]
+  assert (tmp_path / "metrics.jsonl").read_text() == before
+
+  # Killed after the save at the plateau, before its final evaluation was written: it is written on restart.
+  lines = before.splitlines(keepends=True)
+  (tmp_path / "metrics.jsonl").write_text("".join(line for line in lines if "plateau/reached" not in line))
+  assert not sweep_lib.finished(str(tmp_path), config)
+  redo = train.train_and_evaluate(config, str(tmp_path))
+  assert redo["long/loss"] == out["long/loss"] and redo["long/exact_match"] == out["long/exact_match"]
+  assert (tmp_path / "metrics.jsonl").read_text().splitlines() == before.splitlines()
+
+
+def test_a_restart_evaluates_the_step_its_predecessor_saved_but_did_not_evaluate(tmp_path, monkeypatch):
+  # SIGTERM during step 3 saves step 4 and stops before step 4's evaluation; the restart writes it.
+  config = dict(PLATEAU, num_train_steps=8, eval_every_steps=4, plateau_metric=None, final_eval_splits=())
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  train.train_and_evaluate(tiny_config(**config), str(straight))
+  with monkeypatch.context() as m:
+    m.setitem(data.REGISTRY, "copy", data.Entry(lambda c: _SigtermAt(c, step=3)))
+    assert train.train_and_evaluate(tiny_config(**config), str(resumed))["stopped_by_signal"] == 1.0
+  assert not [r for r in writers.read_jsonl(resumed / "metrics.jsonl") if "valid/loss" in r]
+  train.train_and_evaluate(tiny_config(**config), str(resumed))
+  timeless = lambda path: [{k: v for k, v in r.items() if k != "train/steps_per_sec"}
+                           for r in writers.read_jsonl(path / "metrics.jsonl")]
+  assert timeless(resumed) == timeless(straight)  # the same records, each step once
+  a, b = load_state(straight, 8), load_state(resumed, 8)
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_rewind_drops_the_records_past_the_restored_step_and_a_torn_last_line(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in (2, 4, 6)) + '{"step": 8, "x"')
+  kept, dropped = writers.rewind_jsonl(str(path), 4)
+  assert [r["step"] for r in kept] == [2, 4] and dropped == 2
+  assert writers.read_jsonl(path) == kept
+  assert writers.rewind_jsonl(str(tmp_path / "none.jsonl"), 4) == ([], 0)
+  path.write_text('{"step": 2}\nnot json\n{"step": 4}\n')
+  with pytest.raises(ValueError, match="line 2"):
+    writers.rewind_jsonl(str(path), 4)
