@@ -65,6 +65,19 @@ def check_array(mask: Optional[Array], shape: tuple, name: str = "mask") -> None
         " (each dim equal or 1)")
 
 
+def check_boolean(mask, name: str) -> None:
+  """``mask`` must be None or a boolean array (True = may attend): a float or int mask is refused, not read.
+
+  A 0 / -1e9 additive mask read as booleans would be inverted (0 -> False).
+  """
+  dtype = getattr(mask, "dtype", None) if mask is not None else np.dtype(bool)
+  if dtype is None:
+    dtype = np.asarray(mask).dtype
+  if dtype != np.dtype(bool):
+    raise TypeError(f"{name} has dtype {dtype}; allowed: a boolean array, True = may attend. Convert an additive "
+                    "mask m (0 = attend, a large negative value = masked) with m == 0, and a 0/1 mask with m != 0")
+
+
 @dataclasses.dataclass(frozen=True)
 class Mask:
   """The keys query ``i`` (at position ``q_offset + i``) may attend to: all of the parts that are set.
@@ -80,6 +93,11 @@ class Mask:
   causal: bool = False
   window: Optional[int] = None
   array: Optional[Array] = None
+
+  def __post_init__(self):
+    check_boolean(self.key_valid, "Mask.key_valid")
+    check_boolean(self.array, "mask" if self.key_valid is None and not self.causal and self.window is None
+                  else "Mask.array")
 
   def check(self, batch: int, heads: int, q_length: int, k_length: int) -> None:
     check_window(self.window)
