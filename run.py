@@ -6,27 +6,39 @@ encoding and once without (``<workdir>/<scheme>``, by the sweeps' runner), then
 the report of the two beside the bag-of-characters bound (``<workdir>/report``,
 by experiments/report.py). With ``--config`` it is one run.
 
-A user error (a config key or value, a variant word, a flag, the workdir)
+A user error (a config key or value, a variant word, a flag, the config
+file, the workdir, a checkpoint, a failed save, a data file, a diverged run)
 ends the run with one line on stderr naming the bad thing and what is
 allowed, and exit status 2; ``--debug`` (or ``RPR_DEBUG=1``) shows the
 traceback instead. ``--print_config`` prints the resolved config (every key,
-documented in configs/base.py) and exits. A killed run resumes from its last
-checkpoint when the same command runs again (an older one if the last does
-not restore; see rpr/checkpoint.py); a changed config is refused unless its
-keys are in rpr.run_config.RESUME_SAFE_KEYS or ``--allow_config_change``.
+documented in configs/base.py) and exits. One run holds a workdir at a time
+(rpr/workdir.py). A killed run resumes from its last verified checkpoint
+when the same command runs again (an older one if the last does not
+restore; see rpr/checkpoint.py; ``--restore_unverified`` for one without
+checksums); a changed config is refused unless its keys are in
+rpr.run_config.RESUME_SAFE_KEYS or ``--allow_config_change``, and
+checkpoints without a config.json unless ``--trust_checkpoints``. SIGTERM
+saves a checkpoint after the current step and exits with status 3.
 Single keys are overridden with ``--config.<key>=<value>``. On a multi-host
 cluster (TPU pod slice, several GPU hosts) pass ``--multihost`` on every host
 so that ``jax.distributed.initialize()`` runs before JAX is used.
 """
 
-import logging as pylogging
-import os
+import signal
 import sys
 
-from absl import app
-from absl import flags
-from absl import logging
-from ml_collections import config_flags
+# SIGTERM or Ctrl-C from the first line on: recorded here until rpr.stop takes over, so a run stopped while it
+# imports or compiles exits with status 3 and a workdir that resumes, never with the default 143.
+_EARLY_SIGNALS: list[int] = []
+for _signal in (signal.SIGTERM, signal.SIGINT):
+  signal.signal(_signal, lambda signum, frame: _EARLY_SIGNALS.append(signum))
+
+import os  # noqa: E402
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CONFIG = config_flags.DEFINE_config_file(
@@ -39,6 +51,12 @@ STOPPED = 3  # exit status of a run a signal stopped (checkpoint saved; the same
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first (one process per host).")
 _PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print the resolved config and exit.")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show the traceback of a user error instead of one line.")
+_RESTORE_UNVERIFIED = flags.DEFINE_bool(
+    "restore_unverified", False, "Restore a checkpoint whose SHA256SUMS is missing or incomplete (never one that "
+    "differs from its checksums).")
+_TRUST_CHECKPOINTS = flags.DEFINE_bool(
+    "trust_checkpoints", False, "Go on in a workdir that has checkpoints but no config.json, taking this config as "
+    "the one that trained them.")
 _ALLOW_CONFIG_CHANGE = flags.DEFINE_list(
     "allow_config_change", [], "Config keys a resumed run may change besides rpr.run_config.RESUME_SAFE_KEYS, "
     "e.g. learning_rate,model.dropout_rate.")
@@ -62,13 +80,20 @@ def _parse_flags(argv):
     if _debugging(argv):
       raise
     message = str(e)
+    if isinstance(e, (KeyError, AttributeError)):  # unwrap AttributeError(KeyError("'key'\nDid you mean ...")))
+      arg = e
+      while isinstance(arg, BaseException) and arg.args:
+        arg = arg.args[0]
+      message = str(arg)
     if isinstance(e, (KeyError, AttributeError)):  # an override of a key the config does not have
-      key = message.strip("\"'")
+      message = " ".join(message.split())  # ml_collections adds "\nDid you mean ...?"
+      key = message.split()[0].strip("\"'")
       overrides = [a.partition("=")[0] for a in argv if a.startswith("--config.")]
       named = [o for o in overrides if key in o[len("--config."):].split(".")]
       if named:
-        _fail(f"{named[0]}: the config has no key {key!r}; allowed: the keys --print_config shows (documented in "
-              "configs/base.py)")
+        hint = message[len(message.split()[0]):].strip()
+        _fail(f"{named[0]}: the config has no key {key!r}{' (' + hint + ')' if hint else ''}; allowed: the keys "
+              "--print_config shows (documented in configs/base.py)")
     if "Traceback (most recent call last)" in message:  # config_flags wraps what the config file raised
       last = message.strip().splitlines()[-1]
       if not last.startswith("ValueError: "):
@@ -77,38 +102,70 @@ def _parse_flags(argv):
     _fail(message)
 
 
-class _OrbaxInfoFilter(pylogging.Filter):
-  """Drops orbax's per-save INFO chatter so the progress lines stay readable (warnings pass)."""
+def _load_config():
+  """The config the flags name; one line for a file that does not exist or a get_config that returns no config."""
+  import ml_collections
 
-  def filter(self, record):
-    return record.levelno >= pylogging.WARNING or "/orbax/" not in record.pathname
+  name = flags.FLAGS["config"].config_filename
+  path = name.split(":", 1)[0]
+  if not os.path.isfile(path):
+    _fail(f"--config {name!r}: {path!r} is not a file; allowed: a Python config file with get_config(), such as "
+          "configs/tiny.py, optionally followed by :variant")
+  config = _CONFIG.value
+  if type(config).__name__ == "_ErrorConfig":  # the file failed to load: a bug in it, shown with its traceback
+    config.keys()
+  if not isinstance(config, ml_collections.ConfigDict):
+    _fail(f"--config {name!r}: get_config returned a {type(config).__name__}; allowed: an "
+          "ml_collections.ConfigDict")
+  return config
+
+
+def _user_errors() -> tuple:
+  """The exceptions that are the user's to fix, reported in one line (bugs keep their traceback)."""
+  from rpr import checkpoint
+  from rpr import data
+  from rpr import run_config
+  from rpr import workdir
+
+  errors = (run_config.ConfigError, checkpoint.CheckpointError, workdir.Busy, workdir.Unusable, data.DataError)
+  if "rpr.train" in sys.modules:  # imports JAX: only once a run has started
+    errors += (sys.modules["rpr.train"].NonFiniteError,)
+  return errors
 
 
 def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments {argv[1:]}; allowed: flags only (--config, --workdir, ...; see --help)")
   if _PRINT_CONFIG.value:
-    print(_CONFIG.value)
+    print(_load_config())
     return
-  try:
-    _run()
-  except Exception as e:  # user errors are one line; bugs keep their traceback
-    from rpr import checkpoint
-    from rpr import run_config
+  from rpr import stop
 
-    if isinstance(e, (run_config.ConfigError, checkpoint.CheckpointError)) and not _debugging():
+  try:
+    with stop.handle_signals() as request:  # SIGTERM stops the run with a checkpoint and exit status 3
+      request.requested = bool(_EARLY_SIGNALS)
+      _run()
+  except Exception as e:  # user errors are one line; bugs keep their traceback
+    if isinstance(e, _user_errors()) and not _debugging():
       _fail(str(e))
     raise
 
 
 def _run():
-  logging.get_absl_handler().addFilter(_OrbaxInfoFilter())
+  from rpr import checkpoint
   from rpr import run_config  # imports JAX without starting its runtime
+  from rpr import stop
+  from rpr import workdir
 
-  config, single = _CONFIG.value, flags.FLAGS["config"].present
-  # Every check but the device count's before JAX starts (or logs anything), so a user error is the only line.
+  checkpoint.quiet_orbax_logs()
+  config, single = _load_config(), flags.FLAGS["config"].present
+  # Every check but the device count's before JAX starts (or logs anything), so a user error is the only line;
+  # the config's own before the workdir is made, then the workdir's lock (one run per workdir), then its history.
+  run_config.validate(config, 1, quiet=True)
+  if single and not _MULTIHOST.value:
+    workdir.acquire(_WORKDIR.value)
   run_config.validate(config, 1, _WORKDIR.value if single else None, _ALLOW_CONFIG_CHANGE.value if single else (),
-                      quiet=True)
+                      quiet=True, trust_checkpoints=_TRUST_CHECKPOINTS.value)
   import jax  # after flag parsing, so --multihost can initialise the runtime first
 
   if _MULTIHOST.value:
@@ -121,7 +178,9 @@ def _run():
   if not single:  # the default: the quick comparison
     _compare(config, _WORKDIR.value)
     return
-  results = train.train_and_evaluate(config, _WORKDIR.value, allow_config_change=_ALLOW_CONFIG_CHANGE.value)
+  results = train.train_and_evaluate(config, _WORKDIR.value, allow_config_change=_ALLOW_CONFIG_CHANGE.value,
+                                     restore_unverified=_RESTORE_UNVERIFIED.value,
+                                     trust_checkpoints=_TRUST_CHECKPOINTS.value)
   logging.info("Final metrics: %s", ", ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
   if results.get("stopped_by_signal"):
     sys.exit(STOPPED)  # saved and resumable, but not finished

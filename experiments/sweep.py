@@ -34,7 +34,6 @@ import dataclasses
 import importlib
 import pathlib
 import json
-import logging as pylogging
 import os
 import shlex
 import sys
@@ -136,12 +135,14 @@ class Job:
 
 
 def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
-  """The one runner: trains every unfinished job in turn; ``{"done", "skipped", "failed", "stopped"}`` workdirs.
+  """The one runner: trains every unfinished job in turn; its workdirs by outcome.
 
-  Every config is validated before the first run starts, so a bad value
-  fails at once. A finished run (:func:`finished`) is skipped, a failing one
-  is logged and the rest go on, and a run that a signal stopped (saved,
-  resumable) ends the loop: the runs after it are not started.
+  Outcomes: ``done``, ``skipped``, ``failed``, ``stopped``, ``busy``. Every
+  config is validated before the first run starts, so a bad value fails at
+  once. A finished run (:func:`finished`) is skipped, one whose workdir
+  another process holds is passed over (``busy``), a failing one is logged
+  and the rest go on, and a run that a signal stopped (saved, resumable)
+  ends the loop: the runs after it are not started.
   """
   if train_fn is None:
     import jax
@@ -152,8 +153,14 @@ def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
     for job in jobs:
       run_config.validate(job.config, num_devices=jax.device_count(), workdir=job.workdir)
     train_fn = train.train_and_evaluate
-  outcome = {"done": [], "skipped": [], "failed": [], "stopped": []}
+  from rpr import stop
+  from rpr import workdir as workdir_lib
+
+  outcome = {"done": [], "skipped": [], "failed": [], "stopped": [], "busy": []}
   for i, job in enumerate(jobs):
+    if stop.requested():
+      outcome["stopped"].append(job.workdir)
+      break
     if finished(job.workdir, job.config):
       logging.info("[%d/%d] %s: finished, skipped.", i + 1, len(jobs), job.workdir)
       outcome["skipped"].append(job.workdir)
@@ -162,6 +169,10 @@ def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
     t0 = time.time()
     try:
       result = train_fn(job.config, job.workdir) or {}
+    except workdir_lib.Busy as e:  # another worker trains it: not a failure of the run
+      logging.warning("%s; going on with the next run.", e)
+      outcome["busy"].append(job.workdir)
+      continue
     except Exception:  # pylint: disable=broad-except
       logging.exception("%s failed; going on with the next run.", job.workdir)
       outcome["failed"].append(job.workdir)
@@ -182,13 +193,6 @@ def run_sweep(sweep: sweeps.Sweep, root: str, runs: list[sweeps.Run], train_fn=N
                     for r in runs], train_fn)
 
 
-class _OrbaxInfoFilter(pylogging.Filter):
-  """As in run.py: drops orbax's per-save INFO lines."""
-
-  def filter(self, record):
-    return record.levelno >= pylogging.WARNING or "/orbax/" not in record.pathname
-
-
 def main(argv):
   if _LIST.value:
     for name, sweep in sorted(sweeps.SWEEPS.items()):
@@ -204,7 +208,9 @@ def main(argv):
       done = finished(sweep.workdir(run, root), load_config(run, root))
       print(("# finished: " if done else "") + command(run, root, sweep.name))
     return 0
-  logging.get_absl_handler().addFilter(_OrbaxInfoFilter())
+  from rpr import checkpoint
+
+  checkpoint.quiet_orbax_logs()
   logging.set_verbosity(logging.INFO)
   if _CACHE.value:
     import jax
@@ -217,7 +223,10 @@ def main(argv):
   if _WORKER.value:
     i, n = (int(v) for v in _WORKER.value.split("/"))
     runs = runs[i::n]
-  outcome = run_sweep(sweep, root, runs)
+  from rpr import stop
+
+  with stop.handle_signals():
+    outcome = run_sweep(sweep, root, runs)
   logging.info("Sweep %s: %d trained, %d skipped (finished before), %d failed%s.", sweep.name,
                len(outcome["done"]), len(outcome["skipped"]), len(outcome["failed"]),
                "".join(f"\n  failed: {w}" for w in outcome["failed"]))

