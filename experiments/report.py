@@ -58,6 +58,7 @@ from absl import app
 from absl import flags
 
 from experiments import paper
+from rpr import writers
 
 _METRIC = flags.DEFINE_string("metric", None, "Metric name in metrics.jsonl, e.g. test/exact_match.")
 _X = flags.DEFINE_string("x", None, "Numeric config key to order and plot the groups by, e.g. max_distance.")
@@ -125,7 +126,7 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
     with open(config_path, encoding="utf-8") as f:
       raw = json.load(f)["config"]
     with open(metrics_path, encoding="utf-8") as f:
-      records = [json.loads(line) for line in f if line.strip()]
+      records = writers.dedupe([json.loads(line) for line in f if line.strip()])
     runs.append(RunRecord(workdir, flatten(with_engine_defaults(raw)), records, raw))
   return runs
 

@@ -109,3 +109,22 @@ def rewind_jsonl(path: str, step: int) -> tuple[list[dict], int]:
     os.replace(tmp, path)
   return kept, len(lines) - len(kept)
 
+
+def dedupe(records: list[dict]) -> list[dict]:
+  """The records a run that resumed after a kill means: each step's metrics once, the later run's.
+
+  Files written before restarts rewound them (:func:`rewind_jsonl`) may hold
+  a resumed run's records after those of the run it replaced. A record whose
+  step is below the previous one's, or that repeats a metric of its step,
+  starts a restart: the records at and past its step are dropped first.
+  """
+  kept: list[dict] = []
+  for r in records:
+    step = r["step"]
+    restart = kept and (step < kept[-1]["step"] or any(
+        k["step"] == step and (set(k) & set(r)) - {"step"} for k in kept))
+    if restart:
+      kept = [k for k in kept if k["step"] < step]
+    kept.append(r)
+  return kept
+

@@ -1,7 +1,6 @@
 """rpr.plateau (the rule), and the training loop stopping on it, resuming at it, and evaluating on restart."""
 
 import dataclasses
-import json
 import os
 
 import numpy as np
@@ -102,15 +101,3 @@ def test_a_restart_evaluates_the_step_its_predecessor_saved_but_did_not_evaluate
   a, b = load_state(straight, 8), load_state(resumed, 8)
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-
-
-def test_rewind_drops_the_records_past_the_restored_step_and_a_torn_last_line(tmp_path):
-  path = tmp_path / "metrics.jsonl"
-  path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in (2, 4, 6)) + '{"step": 8, "x"')
-  kept, dropped = writers.rewind_jsonl(str(path), 4)
-  assert [r["step"] for r in kept] == [2, 4] and dropped == 2
-  assert writers.read_jsonl(path) == kept
-  assert writers.rewind_jsonl(str(tmp_path / "none.jsonl"), 4) == ([], 0)
-  path.write_text('{"step": 2}\nnot json\n{"step": 4}\n')
-  with pytest.raises(ValueError, match="line 2"):
-    writers.rewind_jsonl(str(path), 4)
