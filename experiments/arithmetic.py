@@ -1,18 +1,22 @@
-"""The arithmetic part of the report (``experiments/report.py --bound ... --attention``): bounds, checks, maps.
+"""The arithmetic experiment's report columns and sections: ceilings, checks, attention maps.
 
 Seed 002's claim is that a model which cannot see the input order cannot
-do "12+1". The report holds every run to the ceiling its scheme allows:
+do "12+1". A report of arithmetic runs holds every group to the ceiling its
+scheme allows (``ReportSpec.bound``, ``--bound``), through what this module
+registers with ``experiments.columns``:
 
-* :func:`blind_view` says which ceiling a run's config is bound by: ``bag``
-  (no position information in the encoder: ``none``, Shaw with k = 0 or with
-  neither a^K nor a^V) or ``reversal`` (symmetric ALiBi sees distance, not
-  direction), or None (the scheme sees the order).
-* :func:`bounds` computes the ceilings exactly from the data
-  (:mod:`rpr.data.bounds`), cached as JSON.
-* :func:`checks` states the claims per group and whether every run holds them.
-* :func:`attention_section` draws the encoder attention of "21+211" and
-  "12+1" for the lowest-seed run of each group and measures how far the rows
-  of the two "1"s of "12+1" differ (exactly 0 without position information).
+* the column ``ceiling``: which ceiling a group's config is bound by
+  (:func:`blind_view`: ``bag`` for no position information in the encoder,
+  ``none``, Shaw with k = 0 or with neither a^K nor a^V; ``reversal`` for
+  symmetric ALiBi, which sees distance but not direction; or none: the scheme
+  sees the order), with the ceiling's value computed exactly from the data
+  (:func:`bounds`, cached as ``bounds.json``) and drawn on the plot;
+* the section ``checks``: every run of a bound group under its ceiling, and
+  with ``target`` (``--target``) every run of the other groups at least there;
+* the section ``bounds``: the bounds' three forms and what they mean;
+* the section ``attention`` (``--attention``): the encoder attention of
+  "21+211" and "12+1" for the lowest-seed run of each group, and how far the
+  rows of the two "1"s of "12+1" differ (exactly 0 without position information).
 
 Run the sweeps with ``python -m experiments.sweep arithmetic`` (or
 ``arithmetic_full``); the command of their report is the sweep's
@@ -26,13 +30,17 @@ import os
 import re
 from typing import Optional, Sequence
 
+from experiments import columns
+from experiments import render
+from experiments import runs as runs_lib
+
 VIEWS = ("bag", "reversal")
 TEXTS = ("21+211", "12+1")
 ONES = (0, 3)  # "12+1": the tens-place "1" and the units-place "1"
 
 
 def blind_view(config: dict) -> Optional[str]:
-  """The ceiling a run is bound by (``bag``, ``reversal``) or None, from its flat config (report.flatten)."""
+  """The ceiling a run is bound by (``bag``, ``reversal``) or None, from its flat config (``runs.flatten``)."""
   position = config.get("position")
   if position == "none":
     return "bag"
@@ -61,19 +69,70 @@ def bounds(config_name: str, path: Optional[str], views: Sequence[str] = VIEWS) 
   return result
 
 
-def checks(rows: Sequence[dict], bound: dict[str, float], target: Optional[float]) -> list[tuple[str, bool]]:
+def data_set_of(runs: Sequence[runs_lib.RunRecord]) -> str:
+  """The one arithmetic data set (config name) all ``runs`` share.
+
+  Raises:
+    ValueError: if the runs are of another data set, or of several.
+  """
+  names = {(r.config.get("dataset"), r.config.get("arithmetic_config")) for r in runs}
+  if len(names) != 1 or next(iter(names))[0] != "arithmetic":
+    raise ValueError(f"--bound needs runs of one arithmetic data set, got (dataset, config) {sorted(names)}")
+  return next(iter(names))[1]
+
+
+def report_bounds(report: columns.Report) -> dict[str, float]:
+  """The bounds of the report's data set for ``spec.bound``, computed once per report (``<out>/bounds.json``)."""
+  if "bounds" not in report.cache:
+    views = report.spec.bound
+    if set(views) - set(VIEWS):
+      raise ValueError(f"bound={list(views)!r}; allowed: {list(VIEWS)}")
+    report.cache["bounds"] = bounds(data_set_of(report.runs), os.path.join(report.out, "bounds.json"), views)
+  return report.cache["bounds"]
+
+
+def _bound_lines(report: columns.Report) -> list[tuple[str, float]]:
+  b = report_bounds(report)
+  return [(f"{v} bound, whole set ({b[v + '_all']:.4f})", b[v + "_all"]) for v in report.spec.bound]
+
+
+def _ceiling_text(view: Optional[str], report: columns.Report) -> str:
+  b = report_bounds(report)
+  return f"{view}: {b[view + '_all']:.4f} / {b[view + '_test']:.4f}" if view else "sees the order"
+
+
+@columns.column("ceiling", "ceiling (whole set / test oracle)", order=80, text=_ceiling_text, record="view",
+                shown=lambda report: bool(report.spec.bound), lines=_bound_lines, reads=("bound",))
+def ceiling(group: runs_lib.Group, report: columns.Report) -> Optional[str]:
+  """The view of ``spec.bound`` that bounds the group (None: the group sees the order)."""
+  report_bounds(report)  # a report of other data fails here, before any cell
+  view = blind_view(group.config)
+  return view if view in report.spec.bound else None
+
+
+def checks(groups: Sequence[runs_lib.Group], bound: dict[str, float],
+           target: Optional[float]) -> list[tuple[str, bool]]:
   """Per group: every run under its ceiling (whole set and test-split oracle), or every run at least ``target``."""
   out = []
-  for r in rows:
-    values = [run["value"] for run in r["runs"]]
-    view = r.get("view")
+  for g in groups:
+    values, view = g.values, g.cells.get("ceiling")
     if view and f"{view}_all" in bound:
       for kind in ("all", "test"):
-        out.append((f"{r['variant']}: every run <= {view} bound ({kind}) {bound[f'{view}_{kind}']:.4f}",
+        out.append((f"{g.label}: every run <= {view} bound ({kind}) {bound[f'{view}_{kind}']:.4f}",
                     max(values) <= bound[f"{view}_{kind}"]))
     elif not view and target is not None:
-      out.append((f"{r['variant']}: every run >= {target:.4f}", min(values) >= target))
+      out.append((f"{g.label}: every run >= {target:.4f}", min(values) >= target))
   return out
+
+
+@columns.section("checks", order=10, shown=lambda report: bool(report.spec.bound) or report.spec.target is not None,
+                 reads=("target",))
+def checks_section(report: columns.Report) -> list[str]:
+  """PASS or FAIL per claim of :func:`checks`."""
+  found = checks(report.groups, report_bounds(report) if report.spec.bound else {}, report.spec.target)
+  if not found:
+    return []
+  return ["Checks:", ""] + [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in found] + [""]
 
 
 BOUND_TEXT = """\
@@ -109,6 +168,7 @@ The ceilings are not predictions: a real model may confuse more inputs than they
 
 
 def bounds_text(name: str, bound: dict[str, float]) -> str:
+  """The bounds' section: what they are, and their values for the data set ``name`` (``n/a`` where not computed)."""
   from rpr.data import arithmetic as data
 
   cells = {k: f"{100 * bound[k]:.2f}%" if k in bound else "n/a"
@@ -116,27 +176,35 @@ def bounds_text(name: str, bound: dict[str, float]) -> str:
   return BOUND_TEXT.format(name=name, n=data.config_by_name(name).num_examples, **cells)
 
 
-def attention_section(rows: Sequence[dict], runs_by_workdir: dict, out: str) -> list[str]:
-  """Markdown: per group the attention figure of its lowest-seed run and the "12+1" row difference."""
+@columns.section("bounds", order=20, shown=lambda report: bool(report.spec.bound))
+def bounds_section(report: columns.Report) -> list[str]:
+  return [bounds_text(data_set_of(report.runs), report_bounds(report)), ""]
+
+
+@columns.section("attention", order=30, shown=lambda report: report.spec.attention, reads=("attention",))
+def attention_section(report: columns.Report) -> list[str]:
+  """Per group the attention figure of its lowest-seed run and the "12+1" row difference (recorded in runs.json)."""
   import ml_collections
 
   from experiments import attention_maps
 
-  lines = ["## Attention maps", "",
-           'Encoder self-attention, every layer and head, for "21+211" and "12+1" (rows: queries, columns: '
-           'keys), of the lowest-seed run of each group. Beside each: the max abs difference, over every layer '
-           'and head, between the rows of the two "1"s of "12+1" (indices 0 and 3). Without position '
-           "information it is exactly zero: equal characters get equal states.", "",
-           '| variant | seed | max abs row difference, "12+1" rows 0 and 3 | figure |', "| --- | --- | --- | --- |"]
-  for r in rows:
-    first = min(r["runs"], key=lambda run: run["seed"])
-    config = ml_collections.ConfigDict(runs_by_workdir[first["workdir"]])
-    params = attention_maps.load_params(first["workdir"])
+  rows = []
+  for g in report.groups:
+    first = min(g.run_values(), key=lambda run: run["seed"])
+    config = ml_collections.ConfigDict(next(r.raw_config for r in g.runs if r.workdir == first["workdir"]))
+    params = runs_lib.load_params(first["workdir"])
     maps = {t: attention_maps.encoder_attention(config, params, t) for t in TEXTS}
     diff = attention_maps.row_difference(maps["12+1"], *ONES)
-    figure = "attention_" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", r["variant"]) + ".png"
-    attention_maps.plot(maps, f"{r['variant']}, seed {first['seed']}: encoder self-attention\n"
-                        f'"12+1": rows 0 and 3 (the two "1"s) differ by at most {diff:.3g}', os.path.join(out, figure))
-    r["row_difference_12+1"] = diff
-    lines.append(f"| {r['variant']} | {first['seed']} | {diff:.3g} | [{figure}]({figure}) |")
-  return lines + [""]
+    figure = "attention_" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", g.label) + ".png"
+    attention_maps.plot(maps, f"{g.label}, seed {first['seed']}: encoder self-attention\n"
+                        f'"12+1": rows 0 and 3 (the two "1"s) differ by at most {diff:.3g}',
+                        os.path.join(report.out, figure))
+    g.record["row_difference_12+1"] = diff
+    rows.append([g.label, first["seed"], f"{diff:.3g}", f"[{figure}]({figure})"])
+  return ["## Attention maps", "",
+          'Encoder self-attention, every layer and head, for "21+211" and "12+1" (rows: queries, columns: '
+          'keys), of the lowest-seed run of each group. Beside each: the max abs difference, over every layer '
+          'and head, between the rows of the two "1"s of "12+1" (indices 0 and 3). Without position '
+          "information it is exactly zero: equal characters get equal states.", "",
+          render.markdown_table(['variant', 'seed', 'max abs row difference, "12+1" rows 0 and 3', 'figure'], rows),
+          ""]

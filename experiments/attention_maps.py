@@ -1,7 +1,6 @@
 """Encoder self-attention maps of a trained run, as in seed 002: every layer and head, for given inputs.
 
-``encoder_attention(config, workdir, text)`` restores the run's final
-parameters and returns the attention weights that
+``encoder_attention(config, params, text)`` returns the attention weights that
 :class:`rpr.layers.MultiHeadAttention` sows in ``intermediates``,
 ``[layers, heads, q, k]`` over the characters of ``text`` (padding dropped).
 ``row_difference`` is the measured max abs difference between the attention
@@ -14,47 +13,14 @@ differ.
 
 from __future__ import annotations
 
-import os
-
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import render
 from rpr import run_config
 from rpr.data import arithmetic
 from rpr.data.task import CharVocab
 from rpr.model import Transformer
-
-
-def load_params(workdir: str):
-  """The parameters of the newest checkpoint in ``workdir/checkpoints``."""
-  import orbax.checkpoint as ocp
-
-  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-  steps = [int(s) for s in os.listdir(directory) if s.isdigit()]
-  if not steps:
-    raise FileNotFoundError(f"no checkpoint in {directory}")
-  tree = ocp.StandardCheckpointer().restore(os.path.join(directory, str(max(steps)), "default"))
-  return tree["params"]
-
-
-def require_run_workdirs(workdirs) -> None:
-  """A usage error naming the first of ``workdirs`` without ``config.json`` and ``checkpoints/``."""
-  from absl import app
-
-  if not workdirs:
-    raise app.UsageError("name one or more workdirs, each holding config.json and checkpoints/")
-  for w in workdirs:
-    if not (os.path.isfile(os.path.join(w, "config.json")) and os.path.isdir(os.path.join(w, "checkpoints"))):
-      raise app.UsageError(f"{w!r} is not a run's workdir: it needs config.json and checkpoints/ (the committed "
-                           "results keep no checkpoints: train the run again to have them)")
-
-
-def write_and_print(text: str, out_file) -> None:
-  """Prints ``text``, and writes it to ``out_file`` too unless that is None."""
-  if out_file:
-    with open(out_file, "w", encoding="utf-8") as f:
-      f.write(text)
-  print(text)
 
 
 def encoder_attention(config, params, text: str) -> np.ndarray:
@@ -78,11 +44,7 @@ def row_difference(weights: np.ndarray, i: int, j: int) -> float:
 
 def plot(maps: dict[str, np.ndarray], title: str, path: str) -> None:
   """One figure: a row per (input, layer), a column per head; query on y, key on x."""
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
+  plt = render.pyplot()
   rows = [(text, layer) for text, w in maps.items() for layer in range(w.shape[0])]
   heads = next(iter(maps.values())).shape[1]
   fig, axes = plt.subplots(len(rows), heads, figsize=(2.1 * heads, 2.1 * len(rows)), squeeze=False)
@@ -95,7 +57,5 @@ def plot(maps: dict[str, np.ndarray], title: str, path: str) -> None:
       ax.tick_params(length=0, labelsize=8)
       ax.set_title(f'"{text}" layer {layer} head {h}', fontsize=7)
   fig.suptitle(title, fontsize=9)
-  fig.tight_layout()
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
+  render.save(fig, path, dpi=90)
 

@@ -38,8 +38,8 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from experiments import attention_maps
-from experiments import report
+from experiments import render
+from experiments import runs as runs_lib
 
 DEFAULT_SCORE = "test/bleu"
 RIDGE = 1e-3  # on standardised features; the probes fit ~100k tokens with 129 weights, so it barely binds
@@ -60,7 +60,7 @@ def _restore(workdir: str):
   if getattr(task, "is_lm", False):
     raise ValueError(f"{workdir}: a decoder-only run; the probe reads an encoder-decoder model")
   model = model_lib.build(run_config.model_config(config, task.vocab.size).replace(deterministic=True))
-  return task, model, attention_maps.load_params(workdir)
+  return task, model, runs_lib.load_params(workdir)
 
 
 def layer_states(model):
@@ -167,14 +167,14 @@ def markdown(results: dict[str, dict], names: dict[str, str], metric: dict[str, 
   keys = [(r["layer"], r["target"]) for r in first["rows"]]
   header = ["run", metric_name] + [f"{layer} {target}" for layer, target in keys]
   header += [f"{layer} monotonicity" for layer in first["monotonicity"]]
-  lines = ["| " + " | ".join(header) + " |", "| --- | " + " | ".join("---:" for _ in header[1:]) + " |"]
+  rows = []
   for workdir, result in results.items():
     by_key = {(r["layer"], r["target"]): r for r in result["rows"]}
     cells = [names[workdir], f"{metric[workdir]:.2f}"]
     cells += [f"{by_key[k]['r2']:.2f} ({by_key[k]['mae']:.1f})" for k in keys]
     cells += [f"{result['monotonicity'][layer]:.3f}" for layer in first["monotonicity"]]
-    lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
+    rows.append(cells)
+  return render.markdown_table(header, rows, ["---"] + [render.RIGHT] * (len(header) - 1)) + "\n"
 
 
 def scheme_name(config: dict) -> str:
@@ -188,20 +188,23 @@ def scheme_name(config: dict) -> str:
           f"{sinusoids}")
 
 
-def run_names(workdirs) -> tuple[dict[str, str], dict[str, "report.RunRecord"]]:
+def run_names(workdirs) -> tuple[dict[str, str], dict[str, runs_lib.RunRecord]]:
   """``({workdir: "shaw, k=16, a^K only, seed 1"}, {workdir: its record})``.
 
   Runs are named by their position scheme; when that does not tell two different configs apart, by the
-  config keys that do (``experiments.report.labels``).
+  config keys that do (``experiments.runs.labels``).
+
+  Raises:
+    absl.app.UsageError: if a workdir has no metrics.jsonl.
   """
-  runs = {r.workdir: r for r in report.load_runs(workdirs)}
+  runs = {r.workdir: r for r in runs_lib.load_runs(workdirs)}
   missing = [w for w in workdirs if w not in runs]
   if missing:
     raise app.UsageError(f"no metrics.jsonl in {missing}: the probe sets each run beside its score")
-  configs = [{k: v for k, v in runs[w].config.items() if k not in report.IGNORED_KEYS} for w in workdirs]
+  configs = [runs_lib.shared_config(runs[w]) for w in workdirs]
   labels = [scheme_name(c) for c in configs]
   if len(set(labels)) < len(set(map(str, configs))):
-    labels = report.labels(configs)
+    labels = runs_lib.labels(configs)
   return ({w: f"{label}, seed {runs[w].seed}" for w, label in zip(workdirs, labels)},
           {w: runs[w] for w in workdirs})
 
@@ -209,12 +212,7 @@ def run_names(workdirs) -> tuple[dict[str, str], dict[str, "report.RunRecord"]]:
 def plot(results: dict[str, dict], names: dict[str, str], metric: dict[str, float], metric_name: str,
          path: str) -> None:
   """The run's ``metric`` against its last encoder layer's position R^2 (from start), one labelled dot per run."""
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, ax = plt.subplots(figsize=(7.5, 5))
+  fig, ax = render.pyplot().subplots(figsize=(7.5, 5))
   lowest = 0.0
   for workdir, result in results.items():
     last = [r for r in result["rows"] if r["layer"].startswith("encoder/") and r["target"] == "from start"][-1]
@@ -225,15 +223,19 @@ def plot(results: dict[str, dict], names: dict[str, str], metric: dict[str, floa
   ax.set_xlabel(f"position (from start) read linearly from the encoder's output: R^2 on test ({last['layer']})")
   ax.set_ylabel(metric_name)
   ax.grid(alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  render.save(fig, path, dpi=110)
+
+
+def define_flags() -> None:
+  """The command line's flags (defined only when this module is the program: other commands have an ``--out``)."""
+  flags.DEFINE_string("out", None, "Output directory of position_probe.md and position_probe.png.", required=True)
+  flags.DEFINE_string("metric", DEFAULT_SCORE, "The run's score to set beside its probe (its last value).")
 
 
 def main(argv: list[str]) -> None:
   workdirs = argv[1:]
-  attention_maps.require_run_workdirs(workdirs)
-  out, score_name = flags.FLAGS.out, flags.FLAGS.metric or DEFAULT_SCORE
+  runs_lib.require_checkpoints(workdirs)
+  out, score_name = flags.FLAGS.out, flags.FLAGS.metric
   command = " ".join(["python -m experiments.position_probe", *workdirs, f"--metric {score_name}", f"--out {out}"])
   names, runs = run_names(workdirs)
   score = {}
@@ -248,9 +250,10 @@ def main(argv: list[str]) -> None:
           "on `validation`, scored on `test`: R^2 (mean absolute error in tokens). Cross-attention monotonicity: "
           "mean over test sentences of corr(target position, expected source position).\n\n"
           + markdown(results, names, score, score_name))
-  attention_maps.write_and_print(text, os.path.join(out, "position_probe.md"))
+  render.write_text(text, os.path.join(out, "position_probe.md"))
   plot(results, names, score, score_name, os.path.join(out, "position_probe.png"))
 
 
 if __name__ == "__main__":
-  app.run(main)  # --out and --metric are experiments.report's flags (imported above), with the same meaning
+  define_flags()
+  app.run(main)

@@ -5,7 +5,7 @@
   python -m experiments.sweep --list                  # the registered sweeps and their sizes
 
 Run from the repository root. Every run trains in its own workdir,
-``<root>/<sweep>/<run name>/seed<seed>`` (``--root``, default
+``<root>/<folder>/<run name>/seed<seed>`` (``--root``, default
 ``workdirs/sweeps``); a cell that is another sweep's run with the same config
 (``Run.same_as``, e.g. Table 2's k = 16 and Table 1's Shaw row) uses that run's
 workdir, so it is trained once. A run whose workdir already holds its final evaluation
@@ -119,9 +119,14 @@ def select(sweep: sweeps.Sweep, only=(), seeds=()) -> list[sweeps.Run]:
 
 
 def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) -> str:
+  """``python -m experiments.report <globs> <the sweep's ReportSpec as flags> --out <dir>``.
+
+  The globs are the sweep's runs under ``root`` and the other sweeps' runs it shares (``Run.same_as``); the
+  output directory is ``out``, default ``experiments/results/<the sweep's folder>``.
+  """
   globs = [os.path.join(root, sweep.folder, "*", "*"),
            *(os.path.join(root, sweeps.get(run.split("/")[0]).folder, run.split("/")[1], "*") for run in sweep.shared())]
-  words = ["python", "-m", "experiments.report", *map(shlex.quote, globs), *map(shlex.quote, sweep.report),
+  words = ["python", "-m", "experiments.report", *map(shlex.quote, globs), *map(shlex.quote, sweep.report.args()),
            "--out", shlex.quote(out or os.path.join("experiments", "results", sweep.folder))]
   return " ".join(words)
 

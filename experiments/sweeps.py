@@ -1,8 +1,9 @@
 """Named sweeps: each expands into runs (config file, variant, overrides, seed), one workdir per run.
 
-A run's workdir is ``<root>/<sweep>/<run name>/seed<seed>``. ``report`` holds
-the arguments of ``python -m experiments.report`` that tabulate the sweep
-(its metric, x axis and the paper's table to print beside it).
+A run's workdir is ``<root>/<folder>/<run name>/seed<seed>``, the folder being
+where the sweep's report goes. ``report`` is the sweep's report, a
+:class:`~experiments.spec.ReportSpec` (its metric, x axis, the paper's table
+to print beside it, ...); ``python -m experiments.sweep`` prints its command.
 
 Registered:
 
@@ -30,6 +31,9 @@ import dataclasses
 import pathlib
 from typing import Any
 
+from configs import translation
+from experiments.spec import ReportSpec
+from rpr import evaluation
 from rpr.attention import positions
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -67,7 +71,7 @@ class Sweep:
   name: str
   description: str
   runs: tuple[Run, ...]
-  report: tuple[str, ...] = ()  # arguments of experiments.report after the workdir glob
+  report: ReportSpec  # the sweep's report (experiments.report's flags: ReportSpec.args)
   results: str = ""  # the sweep's folder under the root: its runs and its report ("" for the sweep's name)
 
   @property
@@ -121,7 +125,7 @@ register(Sweep(
     "table2_cpu", "Table 2 on arithmetic: k in 0 1 2 4 16 64 256, relative positions only, 3 seeds",
     _seeded(Run(f"k={k}", "configs/arithmetic.py", f"pe=shaw,k={k}", (("num_train_steps", CPU_TABLE_STEPS),))
             for k in TABLE2_K),
-    report=("--metric", "test/exact_match", "--x", "max_distance", "--paper", "table2", "--bound", "bag"),
+    report=ReportSpec(metric="test/exact_match", x="max_distance", paper="table2", bound=("bag",)),
     results="clipping/table2"))
 
 
@@ -142,7 +146,7 @@ def _table3_cells(config: str, overrides=(), both_on: str = "") -> list[Run]:
 register(Sweep(
     "table3_cpu", "Table 3 on arithmetic: a^V and a^K on/off (k = 16), 3 seeds",
     _seeded(_table3_cells("configs/arithmetic.py", (("num_train_steps", CPU_TABLE_STEPS),))),
-    report=("--metric", "test/exact_match", "--paper", "table3", "--bound", "bag"),
+    report=ReportSpec(metric="test/exact_match", paper="table3", bound=("bag",)),
     results="clipping/table3"))
 
 
@@ -158,28 +162,27 @@ def _wmt_name(variant: str) -> str:
   return ",".join(w.split("=", 1)[1] if w.startswith(("model=", "pe=")) else w for w in words)
 
 
-for _table, _metric, _x in ((1, "test/bleu", ()), (2, "validation/bleu", ("--x", "max_distance")),
-                            (3, "validation/bleu", ())):
+for _table, _metric, _x in ((1, "test/bleu", None), (2, "validation/bleu", "max_distance"),
+                            (3, "validation/bleu", None)):
   register(Sweep(
       f"wmt_table{_table}", f"Table {_table} on WMT14 EN-DE (Shaw's setup; accelerators needed), one seed",
       tuple(Run(_wmt_name(c.variant), "configs/wmt14_ende.py", c.variant, (("cache_dir", "{root}/wmt14_cache"),))
             for c in _wmt_cells() if c.table == _table),
-      report=("--metric", _metric, *_x, "--paper", f"table{_table}")))
+      report=ReportSpec(metric=_metric, x=_x, paper=f"table{_table}")))
 
 register(Sweep(
     "length", "Length generalisation on reverse: every position scheme, train 1-12 digits, test 1-24, 3 seeds",
     _seeded([Run(s, "configs/length.py", f"pe={s}") for s in positions.SCHEMES]
             + [Run("shaw_k4", "configs/length.py", "pe=shaw,k=4")]),
-    report=("--by_length",)))
+    report=ReportSpec(by_length=True)))
 
 register(Sweep(
     "length_tiny", "The tiny length config with two schemes and two seeds (seconds; for tests)",
     _seeded([Run(s, "configs/length.py", f"tiny,pe={s}") for s in ("shaw", "sinusoidal")], seeds=(0, 1)),
-    report=("--by_length",)))
+    report=ReportSpec(by_length=True)))
 
 # The report holds position-blind groups to their ceilings and the others to 99%, with attention maps.
-ARITHMETIC_REPORT = ("--metric", "test/exact_match", "--bound", "bag", "--bound", "reversal", "--target", "0.99",
-                     "--attention")
+ARITHMETIC_REPORT = ReportSpec(metric="test/exact_match", bound=("bag", "reversal"), target=0.99, attention=True)
 # Seed 002's comparison: every registered scheme, 3 seeds, on the quick set n300 and on the seed's own full set.
 register(Sweep(
     "arithmetic", "Arithmetic n300 (seed 002): every position scheme, 7,000 steps, 3 seeds",
@@ -201,44 +204,42 @@ register(Sweep(
 LM_K = (0, 1, 2, 4, 8, 16, 64, 256)
 # Validation, then test in windows of 1x, 2x, 4x and 8x the training context: columns, and the test ones as a curve.
 _LM_TEST = ("test/perplexity", "test_x2/perplexity", "test_x4/perplexity", "test_x8/perplexity")
-LM_LENGTHS_REPORT = ("--also", "validation/perplexity", *(w for m in _LM_TEST[1:] for w in ("--also", m)),
-                     *(w for m in _LM_TEST for w in ("--curve", m)))
+LM_REPORT = ReportSpec(metric="test/perplexity", also=("validation/perplexity", *_LM_TEST[1:]), curve=_LM_TEST)
 register(Sweep(
     "lm_clipping", "Shaw's clipping distance on real text: LM perplexity for k in 0 1 2 4 8 16 64 256, 3 seeds",
     _seeded([Run(f"k={k}", "configs/lm.py", f"pe=shaw,k={k}") for k in LM_K], seed_major=True),
-    report=("--metric", "test/perplexity", "--x", "max_distance", *LM_LENGTHS_REPORT), results="lm/clipping"))
+    report=dataclasses.replace(LM_REPORT, x="max_distance"), results="lm/clipping"))
 register(Sweep(
     "lm_length", "Train short, test long: every position scheme's LM perplexity at 1x, 2x, 4x, 8x its context",
     # Shaw's row is lm_clipping's k = 16 run (configs/lm.py's default k).
     _seeded([Run(s, "configs/lm.py", f"pe={s}", same_as="lm_clipping/k=16" if s == "shaw" else "")
              for s in positions.SCHEMES], seed_major=True),
-    report=("--metric", "test/perplexity", *LM_LENGTHS_REPORT), results="lm/length"))
+    report=LM_REPORT, results="lm/length"))
 # Table 3 in the language model: whether a^K alone, which trails a^V alone in translation, does so here too.
 register(Sweep(
     "lm_table3", "Table 3 on real text: LM perplexity with a^V and a^K on/off (k = 16)",
     _seeded(_table3_cells("configs/lm.py", both_on="lm_clipping/k=16"), seed_major=True),
-    report=("--metric", "test/perplexity", *LM_LENGTHS_REPORT, "--paper", "table3"), results="lm/table3"))
-# BLEU, chrF, then BLEU per source-length bucket (configs/translation.py's BUCKETS).
-_BUCKET_BLEU = tuple(f"test/bleu_by_length/{b}" for b in ("1-10", "11-20", "21-30", "31-40", "41-60", "61+"))
-# Test BLEU per source-length bucket, as columns and as one curve per group.
-_BUCKETS = (*(w for m in _BUCKET_BLEU for w in ("--also", m)), *(w for m in _BUCKET_BLEU for w in ("--curve", m)))
-TRANSLATION_REPORT = ("--metric", "test/bleu", "--also", "test/chrf", *_BUCKETS)
+    report=dataclasses.replace(LM_REPORT, paper="table3"), results="lm/table3"))
+# BLEU, chrF, then BLEU per source-length bucket (configs/translation.py's BUCKETS), as columns and as one curve
+# per group.
+_BUCKET_BLEU = tuple(f"test/bleu_by_length/{b}" for b in evaluation.bucket_names(translation.BUCKETS))
+TRANSLATION_REPORT = ReportSpec(metric="test/bleu", also=("test/chrf", *_BUCKET_BLEU), curve=_BUCKET_BLEU)
 register(Sweep(
     "translation_table1", "Table 1 on Bible FR-EN: Shaw vs sinusoidal, with T5, RoPE and ALiBi beside them",
     _seeded([Run(s, "configs/translation.py", f"pe={s}")
              for s in ("sinusoidal", "shaw", "t5", "rope", "alibi_directional")], seed_major=True),
-    report=TRANSLATION_REPORT + ("--paper", "table1"), results="translation/table1"))
+    report=dataclasses.replace(TRANSLATION_REPORT, paper="table1"), results="translation/table1"))
 # Table 2's k = 16 and Table 3's a^V, a^K both on are Table 1's Shaw run (configs/translation.py's default k).
 _TABLE1_SHAW = "translation_table1/shaw"
 register(Sweep(
     "translation_table2", "Table 2 on Bible FR-EN: k in 0 1 2 4 8 16 64, relative positions only",
     _seeded([Run(f"k={k}", "configs/translation.py", f"pe=shaw,k={k}", same_as=_TABLE1_SHAW if k == 16 else "")
              for k in (0, 1, 2, 4, 8, 16, 64)], seed_major=True),
-    report=TRANSLATION_REPORT + ("--x", "max_distance", "--paper", "table2"), results="translation/table2"))
+    report=dataclasses.replace(TRANSLATION_REPORT, x="max_distance", paper="table2"), results="translation/table2"))
 register(Sweep(
     "translation_table3", "Table 3 on Bible FR-EN: a^V and a^K on/off (k = 16)",
     _seeded(_table3_cells("configs/translation.py", both_on=_TABLE1_SHAW), seed_major=True),
-    report=TRANSLATION_REPORT + ("--paper", "table3"), results="translation/table3"))
+    report=dataclasses.replace(TRANSLATION_REPORT, paper="table3"), results="translation/table3"))
 # Train short, test long on translation: training keeps the verses of at most 30 French pieces (about half),
 # test_long holds the test verses longer than that.
 TRANSLATION_SHORT = 30
@@ -248,7 +249,8 @@ register(Sweep(
     _seeded([Run(s, "configs/translation.py", f"pe={s},short={TRANSLATION_SHORT}")
              for s in ("sinusoidal", "shaw", "t5", "rope", "alibi_directional")], seed_major=True),
     # The test buckets up to 30 pieces hold lengths seen in training.
-    report=("--metric", "test_long/bleu", "--also", "test_long/chrf", "--also", "test/bleu", *_BUCKETS),
+    report=dataclasses.replace(TRANSLATION_REPORT, metric="test_long/bleu",
+                               also=("test_long/chrf", "test/bleu", *_BUCKET_BLEU)),
     results="translation/short"))
 # Shaw et al. drop the absolute sinusoids from their relative models ("no benefit"). Adding them back tests that
 # here, and tests the position probe's reading of Table 3: a^K alone scores low because its encoder output carries
@@ -279,7 +281,7 @@ register(Sweep(
     _seeded([Run(f"k={k}", "configs/lm.py", f"pe=shaw,k={k}", _LM_CURVE) for k in (2, 8, 16, 64, 256)]
             + [Run(s, "configs/lm.py", f"pe={s}", _LM_CURVE) for s in ("rope", "alibi", "sinusoidal")],
             seed_major=True),
-    report=("--metric", "test/perplexity", *LM_LENGTHS_REPORT), results="lm/curves"))
+    report=LM_REPORT, results="lm/curves"))
 
 # Translation learning curves to a plateau. The rule, fixed before the runs: evaluate validation BLEU (greedy)
 # every 500 steps; at a step S >= 10,000 (4x the 2,500-step budget of Tables 1-3), stop when the mean of the last

@@ -135,11 +135,11 @@ def test_report_holds_each_group_to_its_ceiling(tmp_path):
     for seed, value in enumerate(v):
       _fake_workdir(tmp_path / "runs", name, seed, position, value, **dict(options))
   out = tmp_path / "report"
-  rows = report.write_report([str(tmp_path / "runs" / "*" / "*")], str(out), metric="test/exact_match",
-                             bound=("bag", "reversal"), target=0.99)
+  groups = report.write_report([str(tmp_path / "runs" / "*" / "*")], str(out), metric="test/exact_match",
+                               bound=("bag", "reversal"), target=0.99)
   bound = arithmetic.config_by_name("n10_addsub")
   ceilings = json.loads((out / "bounds.json").read_text())["bounds"]
-  assert {r["variant"]: r["view"] for r in rows} == {
+  assert {g.label: g.cells["ceiling"] for g in groups} == {
       "pe=none": "bag", "pe=sinusoidal": None, "pe=alibi": "reversal", "pe=shaw, k=0": "bag"}
   text = (out / "table.md").read_text()
   assert f"bag: {ceilings['bag_all']:.4f} / {ceilings['bag_test']:.4f}" in text
@@ -149,7 +149,9 @@ def test_report_holds_each_group_to_its_ceiling(tmp_path):
   assert f"- {'PASS' if none_ok else 'FAIL'}: pe=none: every run <= bag bound (all)" in text
   assert "permutation-equivariant" in text and f"`{bound.name}`" in text
   assert "| 0.1 |" in text and "train min per run" in text  # 10 steps at 2/s: 5 s = 0.1 min
-  assert [r["train_minutes"] for r in rows][0] == pytest.approx(5 / 60)
+  assert [g.cells["train_minutes"] for g in groups][0] == pytest.approx(5 / 60)
+  saved = {g["variant"]: g["view"] for g in json.loads((out / "runs.json").read_text())}
+  assert saved == {g.label: g.cells["ceiling"] for g in groups}  # the ceiling column records each group's view
 
 
 def test_run_py_default_compares_two_schemes_end_to_end(tmp_path):
@@ -168,3 +170,15 @@ def test_run_py_default_compares_two_schemes_end_to_end(tmp_path):
   assert (tmp_path / "runs" / "report" / "plot.png").exists()
   again = run()  # finished runs are not trained again
   assert again.returncode == 0 and again.stderr.count("finished, skipped") == 2, again.stderr[-2000:]
+  # The attention section reads each group's checkpoint: without position information the rows of the two "1"s
+  # of "12+1" are equal in every layer and head.
+  out = tmp_path / "attention"
+  groups = report.write_report([str(tmp_path / "runs" / s) for s in ("none", "sinusoidal")], str(out),
+                               metric="test/exact_match", attention=True)
+  difference = {g.label: g.record["row_difference_12+1"] for g in groups}
+  assert difference["pe=none"] == 0.0 and difference["pe=sinusoidal"] > 0.0, difference
+  text = (out / "table.md").read_text()
+  assert "## Attention maps" in text and "| pe=none | 0 | 0 | [attention_pe=none.png](attention_pe=none.png) |" in text
+  assert (out / "attention_pe=sinusoidal.png").read_bytes().startswith(b"\x89PNG")
+  saved = {g["variant"]: g["row_difference_12+1"] for g in json.loads((out / "runs.json").read_text())}
+  assert saved == difference

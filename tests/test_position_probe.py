@@ -119,13 +119,13 @@ def test_a_v_puts_position_into_the_encoder_where_no_position_term_leaves_only_c
 
 
 def test_a_directory_that_is_not_a_checkpointed_run_is_refused_by_name(tmp_path):
-  from experiments import attention_maps
+  from experiments import runs as runs_lib
 
   (tmp_path / "config.json").write_text("{}")
   with pytest.raises(app.UsageError, match=f"'{tmp_path}' is not a run's workdir: it needs config.json and checkpo"):
-    attention_maps.require_run_workdirs([str(tmp_path)])
+    runs_lib.require_checkpoints([str(tmp_path)])
   with pytest.raises(app.UsageError, match="name one or more workdirs"):
-    attention_maps.require_run_workdirs([])
+    runs_lib.require_checkpoints([])
 
 
 def test_runs_of_one_scheme_that_differ_elsewhere_are_named_by_what_differs(tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from experiments import position_tables
-from experiments.attention_maps import load_params
+from experiments.runs import load_params
 from rpr import train
 from test_train import FAST, ROOT, tiny_config
 

@@ -14,7 +14,7 @@ import pathlib
 import pytest
 
 from experiments import paper
-from experiments import report
+from experiments import runs as runs_lib
 from rpr import data
 from rpr import decode
 from rpr import metrics
@@ -51,7 +51,7 @@ def test_every_cell_validates_and_is_the_papers_setting(cell):
   assert model.position == config.model.position
   assert model.cross_position == "none"  # Shaw: encoder-decoder attention stays plain
   # The config is the cell the paper's number belongs to.
-  assert paper.lookup(f"table{cell.table}", report.flatten(config.to_dict())) == cell.paper
+  assert paper.lookup(f"table{cell.table}", runs_lib.flatten(config.to_dict())) == cell.paper
   if cell.table in (2, 3):
     assert (config.model.position, model.d_model, model.num_encoder_layers) == ("shaw", 512, 6)
   if cell.table == 3:

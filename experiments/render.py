@@ -1,0 +1,173 @@
+"""Writes what the reports show: Markdown and CSV tables, and PNG plots.
+
+Tables are built from a header and rows of cells (:func:`markdown_table`,
+:func:`write_csv`); plots from plain values (:class:`Points` per group for
+:func:`metric_plot`, arrays for :func:`curve_plot` and :func:`length_plot`).
+Every PNG is saved without the matplotlib version in its metadata
+(:func:`save`), so the same values give the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+RIGHT = "---:"  # a right-aligned column in :func:`markdown_table`'s ``align``
+
+
+def fmt(value: Optional[float], digits: int) -> str:
+  """``value`` with ``digits`` decimals; ``"-"`` for None or nan."""
+  if value is None or (isinstance(value, float) and math.isnan(value)):
+    return "-"
+  return f"{value:.{digits}f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: Optional[Sequence[str]] = None) -> str:
+  """A Markdown table without a trailing newline.
+
+  Args:
+    header: the column titles.
+    rows: one sequence of cells per row (``str()`` of each), as long as ``header``.
+    align: per column ``"---"`` (default) or :data:`RIGHT`.
+  """
+  align = align or ["---"] * len(header)
+  lines = [_row(header), _row(align)]
+  return "\n".join(lines + [_row(r) for r in rows])
+
+
+def _row(cells: Sequence[Any]) -> str:
+  return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def write_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+  """A CSV file with ``header``; None and nan cells are written empty."""
+  with open(path, "w", newline="", encoding="utf-8") as f:
+    writer = csv.writer(f)
+    writer.writerow(header)
+    writer.writerows(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row]
+                     for row in rows)
+
+
+def write_text(text: str, path: Optional[str], echo: bool = True) -> None:
+  """Writes ``text`` to ``path`` (unless None) and prints it (if ``echo``)."""
+  if path:
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(text)
+  if echo:
+    print(text)
+
+
+def pyplot():
+  """matplotlib's pyplot on the file-only Agg backend (no display needed)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  return plt
+
+
+def save(fig, path: str, dpi: int = 120) -> None:
+  """Lays out, saves (PNG, no software stamp) and closes ``fig``."""
+  fig.tight_layout()
+  fig.savefig(path, dpi=dpi, metadata={"Software": None})
+  pyplot().close(fig)
+
+
+class Points(NamedTuple):
+  """One group of :func:`metric_plot`: its name, its runs' values, its x (None: bars side by side), a reference."""
+  label: str
+  values: Sequence[float]
+  x: Optional[float] = None
+  reference: Optional[float] = None
+
+
+def metric_plot(path: str, groups: Sequence[Points], ylabel: str, title: str, xlabel: Optional[str] = None,
+                lines: Sequence[tuple[str, float]] = (), reference_label: Optional[str] = None) -> None:
+  """Each group's mean with min-max whiskers and a dot per run: over ``xlabel`` if given, else as bars.
+
+  ``lines`` (at most two) are horizontal reference lines (label, value); the groups' ``reference`` values
+  are drawn on a second axis named ``reference_label`` (if any group has one).
+  """
+  plt = pyplot()
+  fig, ax = plt.subplots(figsize=(6.4, 4.0))
+  pos = [g.x for g in groups] if xlabel else list(range(len(groups)))
+  values = [np.asarray(g.values, np.float64) for g in groups]
+  mean = np.array([float(v.mean()) for v in values])
+  err = np.array([[m - float(v.min()) for m, v in zip(mean, values)],
+                  [float(v.max()) - m for m, v in zip(mean, values)]])
+  if xlabel:
+    ax.errorbar(pos, mean, yerr=err, marker="o", capsize=3, label="measured (mean, min-max over runs)")
+    if max(pos) > 8 * max(min(p for p in pos if p > 0) if any(p > 0 for p in pos) else 1, 1):
+      ax.set_xscale("symlog", base=2, linthresh=1)  # k = 0 ... 256: powers of two apart
+    ax.set_xlabel(xlabel)
+  else:
+    ax.bar(pos, mean, yerr=err, capsize=3, alpha=0.7, label="measured (mean, min-max over runs)")
+    ax.set_xticks(pos, [g.label for g in groups], rotation=20, ha="right")
+  for p, g in zip(pos, groups):
+    ax.plot([p] * len(g.values), list(g.values), ".", color="k", alpha=0.5)
+  ax.set_ylabel(ylabel)
+  for (label, value), style in zip(lines, (":", "--")):
+    ax.axhline(value, color="tab:gray", linestyle=style, label=label)
+  if reference_label and any(g.reference is not None for g in groups):
+    twin = ax.twinx()
+    twin.plot([p for p, g in zip(pos, groups) if g.reference is not None],
+              [g.reference for g in groups if g.reference is not None], "s--" if xlabel else "s", color="tab:red",
+              alpha=0.8)
+    twin.set_ylabel(reference_label, color="tab:red")
+  ax.legend(loc="best", fontsize=8)
+  ax.set_title(title)
+  save(fig, path)
+
+
+def curve_plot(path: str, curves: Mapping[str, np.ndarray], metrics: Sequence[str], title: str) -> dict[str, list]:
+  """One line per group over ``metrics`` in order: the mean over its runs, and a min-max band.
+
+  Args:
+    curves: per group, its runs' values ``[runs, len(metrics)]`` (nan where a run lacks a metric).
+
+  Returns:
+    Per group, the means that were drawn.
+  """
+  plt = pyplot()
+  fig, ax = plt.subplots(figsize=(7.4, 4.2))
+  means = {}
+  for label, values in curves.items():
+    means[label] = np.nanmean(values, axis=0).tolist()
+    line, = ax.plot(range(len(metrics)), means[label], marker="o", label=label)
+    if len(values) > 1:
+      ax.fill_between(range(len(metrics)), np.nanmin(values, axis=0), np.nanmax(values, axis=0),
+                      color=line.get_color(), alpha=0.15, linewidth=0)
+  ax.set_xticks(range(len(metrics)), metrics, rotation=15, ha="right", fontsize=8)
+  ax.set_ylabel("mean over runs (band: min-max)")
+  ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+  ax.set_title(title)
+  save(fig, path)
+  return means
+
+
+def length_plot(path: str, curves: Mapping[str, Mapping[int, Mapping[str, float]]], train_max: Sequence[int],
+                title: str) -> None:
+  """Exact match against input length, one line per group with a min-max band; each training limit marked.
+
+  Args:
+    curves: per group, per length, the ``mean``, ``min`` and ``max`` over its runs.
+    train_max: the longest training lengths, each drawn as a dashed line just after it.
+  """
+  plt = pyplot()
+  fig, ax = plt.subplots(figsize=(8.4, 4.4))
+  for label, lengths in curves.items():
+    n = sorted(lengths)
+    line, = ax.plot(n, [lengths[i]["mean"] for i in n], marker=".", label=label)
+    ax.fill_between(n, [lengths[i]["min"] for i in n], [lengths[i]["max"] for i in n], color=line.get_color(),
+                    alpha=0.15, linewidth=0)
+  for t in train_max:
+    ax.axvline(t + 0.5, color="k", linestyle="--", linewidth=1)
+    ax.text(t + 0.6, 1.02, "longer than training", fontsize=8, va="bottom")
+  ax.set_xlabel("input length (digits)")
+  ax.set_ylabel("exact match (mean; band: min-max over runs)")
+  ax.set_ylim(-0.02, 1.08)
+  ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+  ax.set_title(title)
+  save(fig, path)

@@ -1,0 +1,260 @@
+"""Finished runs, read from their workdirs, and grouped: the seeds of one variant form a group.
+
+A run is a workdir holding ``config.json`` and ``metrics.jsonl``, as the
+engine writes them. :func:`load_runs` reads every run a set of globs
+matches; :func:`group_runs` groups them by their config with the seed left
+out; :func:`labels` names each group by the config keys that tell the groups
+apart (``k=4``); :func:`summarise` keeps, per group, each run's last value of
+one metric (:class:`Group`). :func:`load_params` and
+:func:`require_checkpoints` serve the commands that read a run's checkpoint.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import glob
+import json
+import math
+import os
+import re
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from rpr import writers
+
+IGNORED_KEYS = ("seed",)  # keys that differ between the runs of one group
+SHORT_NAMES = {"position": "pe", "max_distance": "k", "use_keys": "aK", "use_values": "aV",
+               "alibi_directional": "directional", "preset": "model"}
+_BY_LENGTH_KEY = re.compile(r"^(?P<split>[^/]+)/exact_match_by_length/(?P<n>\d+)$")
+
+
+@dataclasses.dataclass
+class RunRecord:
+  """One run: its workdir, its config flat by leaf name (:func:`flatten`), its metric records in order."""
+  workdir: str
+  config: dict
+  records: list[dict]
+  raw_config: dict = dataclasses.field(default_factory=dict)  # as in config.json
+
+  @property
+  def seed(self) -> Any:
+    return self.config.get("seed")
+
+  def last(self, metric: str) -> Optional[tuple[int, float]]:
+    """(step, value) of the last record holding ``metric`` as a number; None if none does."""
+    for r in reversed(self.records):
+      if metric in r and isinstance(r[metric], (int, float)):
+        return int(r["step"]), float(r[metric])
+    return None
+
+  def train_seconds(self) -> Optional[float]:
+    """Training time from the logged step rates (no compilation, no evaluation); None without them."""
+    seconds, previous = 0.0, 0
+    for r in self.records:
+      if r.get("train/steps_per_sec"):
+        seconds += (r["step"] - previous) / r["train/steps_per_sec"]
+        previous = r["step"]
+    return seconds if previous else None
+
+  def by_length(self) -> Optional[tuple[int, dict[int, float]]]:
+    """(step, {length: exact match}) of the last record with per-length values, merged over splits."""
+    for r in reversed(self.records):
+      values = {int(m["n"]): float(v) for k, v in r.items() if (m := _BY_LENGTH_KEY.match(k))}
+      if values:
+        return int(r["step"]), dict(sorted(values.items()))
+    return None
+
+
+def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
+  """Every workdir matched by ``patterns`` that holds ``config.json`` and ``metrics.jsonl``, sorted by path.
+
+  A step logged twice (a run restarted from an earlier checkpoint) keeps its later record
+  (:func:`rpr.writers.dedupe`).
+  """
+  runs = []
+  for workdir in sorted({p for pattern in patterns for p in glob.glob(pattern)}):
+    config_path, metrics_path = os.path.join(workdir, "config.json"), os.path.join(workdir, "metrics.jsonl")
+    if not (os.path.isfile(config_path) and os.path.isfile(metrics_path)):
+      continue
+    with open(config_path, encoding="utf-8") as f:
+      raw = json.load(f)["config"]
+    with open(metrics_path, encoding="utf-8") as f:
+      records = writers.dedupe([json.loads(line) for line in f if line.strip()])
+    runs.append(RunRecord(workdir, flatten(with_engine_defaults(raw)), records, raw))
+  return runs
+
+
+def with_engine_defaults(config: dict) -> dict:
+  """``config`` with each engine key and position option it lacks set to its default (configs/base.py).
+
+  A record written before a key existed ran as that key's default does, so it
+  groups with the runs that record the default (``final_eval_splits = ()``).
+  """
+  from configs import base
+  from rpr import run_config
+
+  defaults = base.get_config().to_dict()
+  config = run_config.with_new_options(config)
+  return {**{k: defaults[k] for k in run_config.ENGINE_KEYS if k in defaults and k not in config}, **config}
+
+
+def flatten(config: dict) -> dict:
+  """A run config flat by leaf name: ``model.d_model`` -> ``d_model``, ``model.position_options.max_distance``
+  -> ``max_distance``; a model key whose name the top level also has keeps its prefix (``model.max_length``)."""
+  out = {k: v for k, v in config.items() if not isinstance(v, dict)}
+  for key, value in config.items():
+    if isinstance(value, dict):
+      for leaf, v in flatten(value).items():
+        out[leaf if leaf not in out else f"{key}.{leaf}"] = v
+  return out
+
+
+def canonical(value: Any) -> str:
+  """A JSON text that is equal for equal values (keys sorted): what groups and labels compare."""
+  return json.dumps(value, sort_keys=True)
+
+
+def shared_config(run: RunRecord) -> dict:
+  """The run's flat config without :data:`IGNORED_KEYS`: what the runs of one group share."""
+  return {k: v for k, v in run.config.items() if k not in IGNORED_KEYS}
+
+
+def group_runs(runs: Sequence[RunRecord]) -> list[tuple[dict, list[RunRecord]]]:
+  """Runs grouped by :func:`shared_config`: ``[(shared config, runs)]`` in first-seen order."""
+  groups: dict[str, tuple[dict, list[RunRecord]]] = {}
+  for run in runs:
+    config = shared_config(run)
+    groups.setdefault(canonical(config), (config, []))[1].append(run)
+  return list(groups.values())
+
+
+def labels(configs: Sequence[dict]) -> list[str]:
+  """Short unique names from the keys whose values differ between ``configs``.
+
+  A group shows the key with the most distinct values (first), every key without a
+  single most common value, and any other key where it differs from the most
+  common value (``pe=alibi, directional=True`` beside ``pe=alibi``). If that
+  does not tell two groups apart, every differing key is shown. One config is ``all runs``.
+  """
+  if len(configs) < 2:
+    return ["all runs"] * len(configs)
+  keys = sorted({k for c in configs for k in c})
+  values = {k: [canonical(c.get(k)) for c in configs] for k in keys}
+  differing = [k for k in keys if len(set(values[k])) > 1]
+  primary = max(differing, key=lambda k: len(set(values[k])))
+  differing.sort(key=lambda k: k != primary)  # the primary key first
+  modes = {}
+  for k in differing:
+    (top, n), *rest = collections.Counter(values[k]).most_common(2) + [(None, 0)]
+    modes[k] = top if n > rest[0][1] else None
+
+  def name(c, shown):
+    return ", ".join(f"{SHORT_NAMES.get(k, k)}={c.get(k)}" for k in shown)
+
+  out = [name(c, [k for k in differing if k == primary or modes[k] is None or canonical(c.get(k)) != modes[k]])
+         for c in configs]
+  if len(set(out)) < len(out):
+    out = [name(c, differing) for c in configs]
+  return out
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+  """n, mean, sample std (ddof 1; nan for one value), min and max."""
+  v = np.asarray(values, np.float64)
+  return {"n": len(v), "mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else math.nan,
+          "min": float(v.min()), "max": float(v.max())}
+
+
+def step_range(steps: Sequence[int]) -> str:
+  """``"100"`` when every run stopped at one step, else ``"90-100"``."""
+  lo, hi = min(steps), max(steps)
+  return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+@dataclasses.dataclass
+class Group:
+  """The runs of one variant that hold the metric, ordered by seed, each with its last (step, value) of it.
+
+  ``cells`` holds the group's value of every report column (``experiments.columns``), ``record``
+  the values that ``runs.json`` keeps beside the runs.
+  """
+  label: str
+  config: dict
+  runs: list[RunRecord]
+  points: list[tuple[int, float]]
+  cells: dict[str, Any] = dataclasses.field(default_factory=dict)
+  record: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+  @property
+  def values(self) -> list[float]:
+    return [v for _, v in self.points]
+
+  @property
+  def stats(self) -> dict[str, float]:
+    """:func:`spread` of the values."""
+    return spread(self.values)
+
+  def run_values(self) -> list[dict]:
+    """Per run: workdir, seed, step and value (as ``runs.json`` lists them)."""
+    return [{"workdir": r.workdir, "seed": r.seed, "step": s, "value": v} for r, (s, v) in zip(self.runs, self.points)]
+
+
+def summarise(runs: Sequence[RunRecord], metric: str, x: Optional[str] = None) -> list[Group]:
+  """The groups of ``runs`` (:func:`group_runs`) with each run's last value of ``metric``.
+
+  Runs without the metric (unfinished) are left out, and groups left empty. Groups are in
+  first-seen order, or by the numeric config key ``x``.
+
+  Raises:
+    ValueError: if no run holds the metric, or a group's ``x`` is not a number.
+  """
+  grouped = []
+  for config, rs in group_runs(runs):
+    held = sorted(((r, p) for r in rs if (p := r.last(metric)) is not None), key=lambda rp: canonical(rp[0].seed))
+    if held:
+      grouped.append((config, held))
+  if not grouped:
+    raise ValueError(f"no run holds the metric {metric!r}")
+  names = labels([c for c, _ in grouped])
+  groups = [Group(name, config, [r for r, _ in held], [p for _, p in held])
+            for (config, held), name in zip(grouped, names)]
+  if x:
+    xs = [g.config.get(x) for g in groups]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in xs):
+      raise ValueError(f"--x {x}: every group needs a numeric config.{x}, got {xs}")
+    groups.sort(key=lambda g: g.config[x])
+  return groups
+
+
+def load_params(workdir: str):
+  """The parameters of the newest checkpoint in ``workdir/checkpoints``.
+
+  Raises:
+    FileNotFoundError: if there is no checkpoint.
+  """
+  import orbax.checkpoint as ocp
+
+  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+  steps = [int(s) for s in os.listdir(directory) if s.isdigit()]
+  if not steps:
+    raise FileNotFoundError(f"no checkpoint in {directory}")
+  tree = ocp.StandardCheckpointer().restore(os.path.join(directory, str(max(steps)), "default"))
+  return tree["params"]
+
+
+def require_checkpoints(workdirs: Sequence[str]) -> None:
+  """A usage error naming the first of ``workdirs`` without ``config.json`` and ``checkpoints/`` (or none given).
+
+  Raises:
+    absl.app.UsageError: for the command line to print.
+  """
+  from absl import app
+
+  if not workdirs:
+    raise app.UsageError("name one or more workdirs, each holding config.json and checkpoints/")
+  for w in workdirs:
+    if not (os.path.isfile(os.path.join(w, "config.json")) and os.path.isdir(os.path.join(w, "checkpoints"))):
+      raise app.UsageError(f"{w!r} is not a run's workdir: it needs config.json and checkpoints/ (the committed "
+                           "results keep no checkpoints: train the run again to have them)")
