@@ -125,7 +125,8 @@ def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) ->
   output directory is ``out``, default ``experiments/results/<the sweep's folder>``.
   """
   globs = [os.path.join(root, sweep.folder, "*", "*"),
-           *(os.path.join(root, sweeps.get(run.split("/")[0]).folder, run.split("/")[1], "*") for run in sweep.shared())]
+           *(os.path.join(root, sweeps.get(run.split("/")[0]).folder, run.split("/")[1], "*")
+             for run in sweep.shared())]
   words = ["python", "-m", "experiments.report", *map(shlex.quote, globs), *map(shlex.quote, sweep.report.args()),
            "--out", shlex.quote(out or os.path.join("experiments", "results", sweep.folder))]
   return " ".join(words)
