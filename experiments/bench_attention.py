@@ -35,6 +35,8 @@ from experiments import settings as settings_lib
 from experiments.bench import attention
 from experiments.bench import attention_readme
 
+FLAGS = flags.FLAGS
+
 
 def run(s: attention.Settings, out: str, command: str) -> dict:
   """Measures every length, the long run, the RSS check and the model step as ``s`` asks; writes the report."""
@@ -77,12 +79,12 @@ def main(argv) -> None:
   s = settings_lib.parse(attention.Settings)
   if s.quick:
     s = dataclasses.replace(s, **attention.QUICK)
-  if flags.FLAGS.rss_child:
-    name, implementation, length, batch = flags.FLAGS.rss_child.split(",")
+  if FLAGS.rss_child:
+    name, implementation, length, batch = FLAGS.rss_child.split(",")
     print(json.dumps(attention.child_rss(name, implementation, int(length), int(batch), s)))
     return
-  out = flags.FLAGS.out or os.path.join(machine.ROOT, "experiments", "results", "bench", "quick" if s.quick else "")
-  if flags.FLAGS.report_only:
+  out = FLAGS.out or os.path.join(machine.ROOT, "experiments", "results", "bench", "quick" if s.quick else "")
+  if FLAGS.report_only:
     with open(os.path.join(out, "results.json")) as f:
       data = json.load(f)
     data["targets"] = attention_readme.check_targets(data)

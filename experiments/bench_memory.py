@@ -28,6 +28,8 @@ from experiments import settings as settings_lib
 from experiments.bench import memory
 from experiments.bench import memory_readme
 
+FLAGS = flags.FLAGS
+
 
 def run(s: memory.Settings, out: str, command: str) -> dict:
   """Measures every (scheme, implementation, length), writing the report after each; returns the data."""
@@ -65,8 +67,8 @@ def define_flags() -> None:
 def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}; allowed: flags only")
-  out = flags.FLAGS.out
-  if flags.FLAGS.report_only:
+  out = FLAGS.out
+  if FLAGS.report_only:
     with open(os.path.join(out, "results.json")) as f:
       memory_readme.write(json.load(f), out)
     return

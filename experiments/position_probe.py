@@ -41,6 +41,8 @@ from absl import flags
 from experiments import render
 from experiments import runs as runs_lib
 
+FLAGS = flags.FLAGS
+
 DEFAULT_SCORE = "test/bleu"
 RIDGE = 1e-3  # on standardised features; the probes fit ~100k tokens with 129 weights, so it barely binds
 MIN_TARGET_TOKENS = 5
@@ -235,7 +237,7 @@ def define_flags() -> None:
 def main(argv: list[str]) -> None:
   workdirs = argv[1:]
   runs_lib.require_checkpoints(workdirs)
-  out, score_name = flags.FLAGS.out, flags.FLAGS.metric
+  out, score_name = FLAGS.out, FLAGS.metric
   command = " ".join(["python -m experiments.position_probe", *workdirs, f"--metric {score_name}", f"--out {out}"])
   names, runs = run_names(workdirs)
   score = {}

@@ -27,6 +27,8 @@ from absl import flags
 from experiments import render
 from experiments import runs as runs_lib
 
+FLAGS = flags.FLAGS
+
 
 def _rms(x: np.ndarray) -> float:
   return float(np.sqrt(np.mean(np.square(x))))
@@ -104,7 +106,7 @@ def define_flags() -> None:
 
 def main(argv: list[str]) -> None:
   workdirs = argv[1:]
-  out_file = flags.FLAGS.out
+  out_file = FLAGS.out
   out = [f"--out {out_file}"] if out_file else []
   command = " ".join(["python -m experiments.position_tables", *workdirs, *out])
   runs_lib.require_checkpoints(workdirs)

@@ -42,6 +42,7 @@ from experiments.spec import ReportSpec
 from experiments.tabulate import write_report
 
 __all__ = ["ReportSpec", "write_report"]
+FLAGS = flags.FLAGS
 
 
 def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
@@ -82,8 +83,8 @@ def main(argv):
     spec = spec_from_flags()
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  write_report(argv[1:], flags.FLAGS.out, spec, command=command)
-  with open(os.path.join(flags.FLAGS.out, "table.md"), encoding="utf-8") as f:
+  write_report(argv[1:], FLAGS.out, spec, command=command)
+  with open(os.path.join(FLAGS.out, "table.md"), encoding="utf-8") as f:
     print(f.read())
 
 

@@ -46,19 +46,9 @@ from absl import logging
 
 from experiments import sweeps
 
-_ROOT = flags.DEFINE_string("root", "workdirs/sweeps", "Directory holding the sweeps' workdirs.")
-_PRINT = flags.DEFINE_bool("print", False, "Print each run's command instead of running it.")
-_LIST = flags.DEFINE_bool("list", False, "List the registered sweeps.")
-_ONLY = flags.DEFINE_multi_string("only", [], "Run only the runs of these names (e.g. k=4).")
-_SEEDS = flags.DEFINE_list("seeds", [], "Run only these seeds (e.g. 0,1).")
-_WORKERS = flags.DEFINE_integer("workers", 1, "Train this many runs at once, each in its own single-threaded "
-                                "process.")
-_WORKER = flags.DEFINE_string("worker", "", "Internal: 'i/n' trains runs i, i+n, i+2n, ... of the selection.")
+FLAGS = flags.FLAGS
 SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 STOPPED = 3  # exit status of a sweep a signal stopped (resumable)
-_CACHE = flags.DEFINE_string("compilation_cache", "{root}/jax_cache",
-                             "JAX persistent compilation cache ('' for none): runs that differ only in seed "
-                             "compile the same programs.")
 
 
 def load_config(run: sweeps.Run, root: str):
@@ -82,7 +72,8 @@ def _flag_value(value: Any) -> str:
 def command(run: sweeps.Run, root: str, sweep: str) -> str:
   """``python run.py --config=<file>[:<variant>] --workdir=<dir> --config.<key>=<value> ...``."""
   config = run.config + (f":{run.variant}" if run.variant else "")
-  words = ["python", "run.py", f"--config={_flag_value(config)}", f"--workdir={_flag_value(sweeps.get(sweep).workdir(run, root))}"]
+  workdir = sweeps.get(sweep).workdir(run, root)
+  words = ["python", "run.py", f"--config={_flag_value(config)}", f"--workdir={_flag_value(workdir)}"]
   words += [f"--config.{k}={_flag_value(v)}" for k, v in run.settings(root).items()]
   return " ".join(words)
 
@@ -199,17 +190,30 @@ def run_sweep(sweep: sweeps.Sweep, root: str, runs: list[sweeps.Run], train_fn=N
                     for r in runs], train_fn)
 
 
+def define_flags() -> None:
+  """The command line's flags (defined only when this module is the program, as every command of experiments/)."""
+  flags.DEFINE_string("root", "workdirs/sweeps", "Directory holding the sweeps' workdirs.")
+  flags.DEFINE_bool("print", False, "Print each run's command instead of running it.")
+  flags.DEFINE_bool("list", False, "List the registered sweeps.")
+  flags.DEFINE_multi_string("only", [], "Run only the runs of these names (e.g. k=4).")
+  flags.DEFINE_list("seeds", [], "Run only these seeds (e.g. 0,1).")
+  flags.DEFINE_integer("workers", 1, "Train this many runs at once, each in its own single-threaded process.")
+  flags.DEFINE_string("worker", "", "Internal: 'i/n' trains runs i, i+n, i+2n, ... of the selection.")
+  flags.DEFINE_string("compilation_cache", "{root}/jax_cache", "JAX persistent compilation cache ('' for none): "
+                      "runs that differ only in seed compile the same programs.")
+
+
 def main(argv):
-  if _LIST.value:
+  if FLAGS.list:
     for name, sweep in sorted(sweeps.SWEEPS.items()):
       print(f"{name:14s} {len(sweep.runs):3d} runs  {sweep.description}")
     return 0
   if len(argv) != 2:
     raise app.UsageError(f"name one sweep; registered: {sorted(sweeps.SWEEPS)}")
   sweep = sweeps.get(argv[1])
-  runs = select(sweep, _ONLY.value, [int(s) for s in _SEEDS.value])
-  root = _ROOT.value
-  if _PRINT.value:
+  runs = select(sweep, FLAGS.only, [int(s) for s in FLAGS.seeds])
+  root = FLAGS.root
+  if FLAGS.print:
     for run in runs:
       done = finished(sweep.workdir(run, root), load_config(run, root))
       print(("# finished: " if done else "") + command(run, root, sweep.name))
@@ -218,16 +222,16 @@ def main(argv):
 
   checkpoint.quiet_orbax_logs()
   logging.set_verbosity(logging.INFO)
-  if _CACHE.value:
+  if FLAGS.compilation_cache:
     import jax
 
-    jax.config.update("jax_compilation_cache_dir", _CACHE.value.format(root=root))
+    jax.config.update("jax_compilation_cache_dir", FLAGS.compilation_cache.format(root=root))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-  if _WORKERS.value > 1 and not _WORKER.value:
+  if FLAGS.workers > 1 and not FLAGS.worker:
     prepare_data(runs, root)  # once, before the workers race to make the same files
-    return run_workers(_WORKERS.value, argv[1:])
-  if _WORKER.value:
-    i, n = (int(v) for v in _WORKER.value.split("/"))
+    return run_workers(FLAGS.workers, argv[1:], root)
+  if FLAGS.worker:
+    i, n = (int(v) for v in FLAGS.worker.split("/"))
     runs = runs[i::n]
   from rpr import stop
 
@@ -238,12 +242,12 @@ def main(argv):
                "".join(f"\n  failed: {w}" for w in outcome["failed"]))
   if outcome["stopped"]:
     return STOPPED
-  if not _WORKER.value:
+  if not FLAGS.worker:
     logging.info("Report: %s", report_command(sweep, root))
   return 1 if outcome["failed"] else 0
 
 
-def run_workers(n: int, args) -> int:
+def run_workers(n: int, args, root: str) -> int:
   """This command in ``n`` single-threaded worker processes (``--worker=i/n``); the worst exit status of theirs."""
   import signal
   import subprocess
@@ -259,7 +263,7 @@ def run_workers(n: int, args) -> int:
   finally:
     for s, handler in previous.items():
       signal.signal(s, handler)
-  logging.info("Workers ended with %s. Report: %s", codes, report_command(sweeps.get(args[0]), _ROOT.value))
+  logging.info("Workers ended with %s. Report: %s", codes, report_command(sweeps.get(args[0]), root))
   return STOPPED if STOPPED in codes else max(codes)
 
 
@@ -295,4 +299,5 @@ def prepare_data(runs: Sequence[sweeps.Run], root: str) -> int:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(lambda argv: sys.exit(main(argv)))
