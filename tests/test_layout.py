@@ -77,21 +77,59 @@ def test_the_check_fails_on_an_upward_import(tmp_path):
 
 
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 80
+SIZED = ("rpr", "experiments", "configs")  # the folders the size rules hold for
+# Functions over the limit that this test knows by name, with their length: each may shrink, not grow, and
+# leaves the list once it is within the limit. (configs/wmt14_ende.py's get_config is one block per table.)
+KNOWN_LONG = {"configs/wmt14_ende.py:get_config": 105}
+
+
+def _sizes(path: pathlib.Path):
+  """``(lines of the module, [(function, its lines), ...])``, nested functions and kernel loops included."""
+  text = path.read_text(encoding="utf-8")
+  functions = []
+  for node in ast.walk(ast.parse(text)):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+      functions.append((node, node.end_lineno - first + 1))
+  return text.count("\n"), functions
 
 
 def test_modules_and_functions_stay_small():
-  """No module of the library over 400 lines, no function (nested ones and kernel loops included) over 80."""
-  import ast
-
-  too_long = []
-  for path in sorted(RPR.rglob("*.py")):
-    text = path.read_text(encoding="utf-8")
-    if text.count("\n") > MAX_MODULE_LINES:
-      too_long.append(f"{path.relative_to(RPR.parent)}: {text.count(chr(10))} lines")
-    for node in ast.walk(ast.parse(text)):
-      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-        if node.end_lineno - first + 1 > MAX_FUNCTION_LINES:
-          too_long.append(f"{path.relative_to(RPR.parent)}:{node.lineno} {node.name}: "
-                          f"{node.end_lineno - first + 1} lines")
+  """No module of rpr/, experiments/ or configs/ over 400 lines, no function over 80 (but those KNOWN_LONG)."""
+  too_long, known = [], {}
+  for path in sorted(p for folder in SIZED for p in (RPR.parent / folder).rglob("*.py")):
+    where = path.relative_to(RPR.parent).as_posix()
+    lines, functions = _sizes(path)
+    if lines > MAX_MODULE_LINES:
+      too_long.append(f"{where}: {lines} lines")
+    for node, length in functions:
+      if f"{where}:{node.name}" in KNOWN_LONG:
+        known[f"{where}:{node.name}"] = length
+      elif length > MAX_FUNCTION_LINES:
+        too_long.append(f"{where}:{node.lineno} {node.name}: {length} lines")
   assert not too_long, too_long
+  for name, limit in KNOWN_LONG.items():
+    assert MAX_FUNCTION_LINES < known.get(name, 0) <= limit, (
+        f"{name}: {known.get(name)} lines; KNOWN_LONG allows up to {limit} (remove it once within "
+        f"{MAX_FUNCTION_LINES})")
+
+
+# experiments/: a library that any experiment, command or sweep may use, and that imports none of them.
+EXPERIMENTS_LIBRARY = ("runs", "render", "machine", "settings", "paper", "spec", "columns", "tabulate")
+
+
+def test_the_experiments_library_imports_no_experiment_and_configs_import_no_experiments():
+  for name in EXPERIMENTS_LIBRARY:
+    for imported in imports(RPR.parent / "experiments" / f"{name}.py"):
+      parts = imported.split(".")
+      assert not (parts[0] == "experiments" and len(parts) > 1 and parts[1] not in EXPERIMENTS_LIBRARY), (
+          f"experiments/{name}.py imports {imported}: the library imports no experiment or command")
+  for path in sorted((RPR.parent / "configs").glob("*.py")):
+    assert not [n for n in imports(path) if n.split(".")[0] == "experiments"], f"{path.name} imports experiments"
+
+
+def test_the_size_check_reads_nested_functions_and_decorators(tmp_path):
+  bad = tmp_path / "bad.py"
+  bad.write_text("def outer():\n  @staticmethod\n  def inner():\n" + "    x = 1\n" * 90 + "  return inner\n")
+  lines, functions = _sizes(bad)
+  assert lines == 94 and {n.name: length for n, length in functions} == {"outer": 94, "inner": 92}  # the decorator counts
