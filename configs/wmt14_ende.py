@@ -159,7 +159,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   preset = model_lib.PRESETS[model]
   for key, value in preset.items():
     if key == "position_options":
-      c.model.position_options.update(value)
+      c.model.shaw.update(value)
     else:
       c.model[key] = value
   c.model.position = "shaw" if pe == "relative" else "sinusoidal"
@@ -167,9 +167,9 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.model.attention_dropout_rate = 0.0  # as in the papers (only residual and embedding dropout)
   c.model.max_length = 512  # decode cache bound: eval sentences are never filtered by length
   if "k" in settings:
-    c.model.position_options.max_distance = settings["k"]
-  c.model.position_options.use_keys = _SWITCH[settings.get("ak", "on")]  # a^K
-  c.model.position_options.use_values = _SWITCH[settings.get("av", "on")]  # a^V
+    c.model.shaw.max_distance = settings["k"]
+  c.model.shaw.use_keys = _SWITCH[settings.get("ak", "on")]  # a^K
+  c.model.shaw.use_values = _SWITCH[settings.get("av", "on")]  # a^V
 
   # Optimisation (Vaswani et al. / Shaw et al.).
   c.optimizer = "adam"
@@ -197,7 +197,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     for key in ("d_model", "num_heads", "d_ff", "dropout_rate"):
       c.model[key] = tiny[key]
     if "k" not in settings:
-      c.model.position_options.max_distance = tiny["position_options"]["max_distance"]
+      c.model.shaw.max_distance = tiny["position_options"]["max_distance"]
     c.model.num_encoder_layers = c.model.num_decoder_layers = 1
     c.model.max_length = 64
     c.vocab_size = 300

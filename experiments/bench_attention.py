@@ -92,7 +92,8 @@ def make_step(config, length: int, batch: int, heads: int, head_dim: int, max_di
   rng = np.random.default_rng(seed)
   shape = (batch, length, heads, head_dim)
   q, k, v, g = (jnp.asarray(rng.normal(size=shape), jnp.float32) for _ in range(4))
-  scheme = positions.make(scheme_name, heads, head_dim, options={"max_distance": max_distance, **overrides})
+  options = {"max_distance": max_distance, **overrides} if scheme_name == "shaw" else dict(overrides)
+  scheme = positions.make(scheme_name, heads, head_dim, options=options)
   params = scheme.init(jax.random.PRNGKey(seed), q[:1, :2], k[:1, :2], method=scheme.terms)
 
   def attention(params, q, k, v):
