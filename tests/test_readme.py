@@ -37,3 +37,12 @@ def test_readme_scheme_example_registers_a_scheme_that_a_layer_runs():
     assert layer.apply(params, x).shape == (1, 5, 8)
   finally:
     positions.SCHEMES.pop("clipped_bias", None)
+
+
+def test_readme_nnx_example_trains():
+  text = README.read_text()
+  block = re.search(r"## From flax.nnx.*?```python\n(.*?)```", text, re.S).group(1)
+  scope = {"__name__": "readme_nnx"}
+  exec(compile(block, str(README), "exec"), scope)
+  losses = scope["losses"]
+  assert len(losses) == 3 and losses[0] > losses[1] > losses[2], losses
