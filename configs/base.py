@@ -94,6 +94,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.decode_extra_length = 50  # decode at most (input length + this) tokens, capped by model.max_length
   c.beam_size = 4  # beam search width
   c.beam_alpha = 0.6  # beam search length penalty ((5 + len) / 6)^alpha
+  # The last evaluation scores the mean of the parameters of the newest this many checkpoints (Vaswani et
+  # al. average 5 for base, 20 for big); 1: the final state. Needs keep_checkpoints >= it.
+  c.average_last = 1
   c.log_every_steps = 100  # progress log and train/* metrics every this many steps
   c.checkpoint_every_steps = 500  # checkpoint every this many steps (and at the end and on SIGTERM)
   c.keep_checkpoints = 3  # keep the newest this many checkpoints

@@ -38,7 +38,8 @@ PLATEAU_KEYS = ("plateau_metric", "plateau_min_steps", "plateau_window", "platea
 RESUME_SAFE_KEYS = ("num_train_steps", "eval_every_steps", "log_every_steps", "checkpoint_every_steps",
                     "keep_checkpoints", "eval_splits", "final_eval_splits", "eval_batch_size", "max_eval_batches",
                     "num_eval_examples", "eval_by_length", "source_length_buckets", "decode_method",
-                    "decode_extra_length", "beam_size", "beam_alpha", "final_decode_method", *PLATEAU_KEYS)
+                    "decode_extra_length", "beam_size", "beam_alpha", "final_decode_method", "average_last",
+                    *PLATEAU_KEYS)
 # The top-level keys the engine reads (configs/base.py's, but for copy/reverse's); a data set reads its own too
 # (rpr.data.register(keys=...)), and a config key that neither reads is refused.
 ENGINE_KEYS = ("dataset", "seed", "batch_size", "eval_batch_size", "eval_splits", "final_eval_splits",
@@ -46,7 +47,7 @@ ENGINE_KEYS = ("dataset", "seed", "batch_size", "eval_batch_size", "eval_splits"
                "schedule", "warmup_steps", "adam_b1", "adam_b2", "adam_eps", "weight_decay", "grad_clip_norm",
                "label_smoothing", "num_train_steps", "eval_every_steps", "decode_method", "decode_extra_length",
                "beam_size", "beam_alpha", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
-               "final_decode_method", *PLATEAU_KEYS)
+               "final_decode_method", "average_last", *PLATEAU_KEYS)
 
 
 def evaluated_splits(config, final: bool = True) -> tuple[str, ...]:
@@ -217,7 +218,11 @@ def _validate(config, num_devices: int) -> None:
     _fail("label_smoothing", 1.0, "a number in [0, 1)")
   _int(config, "num_train_steps", 0)
 
-  # Evaluation and bookkeeping.
+  _validate_evaluation(config)
+
+
+def _validate_evaluation(config) -> None:
+  """The evaluation and bookkeeping keys."""
   _choice(config, "decode_method", DECODE_METHODS)
   if config.get("final_decode_method") is not None:
     _choice(config, "final_decode_method", DECODE_METHODS)
@@ -227,6 +232,10 @@ def _validate(config, num_devices: int) -> None:
   _real(config, "beam_alpha", 0.0)
   for key in ("eval_every_steps", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints"):
     _int(config, key, 1)
+  _int(config, "average_last", 1)
+  if config.average_last > config.keep_checkpoints:
+    _fail("average_last", config.average_last, f"an int <= keep_checkpoints ({config.keep_checkpoints}): the "
+          "checkpoints it averages must be kept")
   if not isinstance(config.get("eval_by_length", False), bool):
     _fail("eval_by_length", config.get("eval_by_length"), "True or False")
   buckets = config.get("source_length_buckets", ())
