@@ -182,6 +182,8 @@ def train_and_evaluate(config, workdir: str, allow_config_change=(), restore_unv
     from rpr import writers  # TensorBoard pulls in TensorFlow: import when a run starts
 
     writer = writers.create(workdir, jax.process_index())
+    # The run's hyper-parameters for TensorBoard's HParams dashboard, beside the metrics it writes.
+    writer.write_hparams(writers.hparams(config.to_dict()))
     try:
       return _loop(run, writer)
     finally:
