@@ -154,7 +154,6 @@ def main(argv):
 def _run():
   from rpr import checkpoint
   from rpr import run_config  # imports JAX without starting its runtime
-  from rpr import stop
   from rpr import workdir
 
   checkpoint.quiet_orbax_logs()

@@ -1,11 +1,13 @@
 """The base config every experiment starts from, every key commented, and the one variant parser.
 
 Keys are flat except ``model``, which holds :class:`rpr.model.ModelConfig`'s
-fields by name (the engine builds the model from it directly), with the
-position schemes' options in ``model.position_options`` (one key per option
-of :func:`rpr.attention.positions.options`). Override any key on the command
-line: ``--config.num_train_steps=100``, ``--config.model.d_model=128``,
-``--config.model.position_options.max_distance=4``.
+fields by name, and beside them one dict per position scheme with options:
+``model.<scheme>`` holds the fields of that scheme's ``Options`` dataclass
+(rpr/attention/positions.py), which is where their defaults and meanings
+live. The model takes the options of the schemes it uses
+(``model.position``, ``model.cross_position``). Override any key on the
+command line: ``--config.num_train_steps=100``, ``--config.model.d_model=128``,
+``--config.model.shaw.max_distance=4``.
 ``python run.py --config=... --print_config`` prints the resolved config.
 """
 
@@ -50,11 +52,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.attention_dropout_rate = 0.0  # dropout on the attention weights
   c.model.position = "shaw"  # scheme of encoder and decoder (rpr.attention.SCHEMES)
   c.model.cross_position = "none"  # scheme of the encoder-decoder attention (Shaw et al.: none)
-  # The schemes' options, each documented on its scheme class in rpr/attention/positions.py (Shaw:
-  # max_distance, use_keys, use_values, share_heads, add_sinusoidal; T5: num_buckets, bucket_max_distance;
-  # RoPE: rope_base; learned: learned_init_std).
-  c.model.position_options = ml_collections.ConfigDict(positions.options())
-  c.model.position_options.max_distance = 8  # Shaw's clipping distance k
+  # Each scheme's options, as model.<scheme>.<option>: their defaults and meanings are the fields of the
+  # scheme's Options (rpr/attention/positions.py); shaw: max_distance, use_keys, use_values, share_heads,
+  # add_sinusoidal; t5: num_buckets, bucket_max_distance; rope: rope_base; learned: learned_init_std.
+  for name in positions.SCHEMES:
+    if positions.defaults(name):
+      c.model[name] = ml_collections.ConfigDict(positions.defaults(name))
   c.model.pre_layer_norm = False  # True: pre-LN, False: post-LN (Vaswani, Shaw)
   c.model.share_embeddings = True  # tie input/output embeddings
   c.model.max_length = 64  # longest sequence: learned position tables, decode caches
@@ -91,6 +94,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.decode_extra_length = 50  # decode at most (input length + this) tokens, capped by model.max_length
   c.beam_size = 4  # beam search width
   c.beam_alpha = 0.6  # beam search length penalty ((5 + len) / 6)^alpha
+  # The last evaluation scores the mean of the parameters of the newest this many checkpoints (Vaswani et
+  # al. average 5 for base, 20 for big); 1: the final state. Needs keep_checkpoints >= it.
+  c.average_last = 1
   c.log_every_steps = 100  # progress log and train/* metrics every this many steps
   c.checkpoint_every_steps = 500  # checkpoint every this many steps (and at the end and on SIGTERM)
   c.keep_checkpoints = 3  # keep the newest this many checkpoints
@@ -173,7 +179,7 @@ def set_scheme(c: ml_collections.ConfigDict, settings: Mapping[str, Any], where:
   if "k" in settings:
     if position != "shaw":
       raise ValueError(f"{where}: variant {variant!r}: k= is Shaw's clipping distance; pe={position} has none")
-    c.model.position_options.max_distance = settings["k"]
+    c.model.shaw.max_distance = settings["k"]
   c.model.position = position
 
 

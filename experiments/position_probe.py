@@ -31,7 +31,6 @@ against the last encoder layer's R^2, one dot per run.
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -50,14 +49,11 @@ MIN_TARGET_TOKENS = 5
 
 def _restore(workdir: str):
   """``(task, model, params)`` of the run in ``workdir`` (deterministic model, newest checkpoint)."""
-  import ml_collections
-
   from rpr import data
   from rpr import model as model_lib
   from rpr import run_config
 
-  with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
-    config = ml_collections.ConfigDict(json.load(f)["config"])
+  config = run_config.read_config(workdir)
   task = data.get_task(config, workdir, 1)
   if getattr(task, "is_lm", False):
     raise ValueError(f"{workdir}: a decoder-only run; the probe reads an encoder-decoder model")

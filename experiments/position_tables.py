@@ -54,7 +54,6 @@ def position_params(params) -> dict[str, np.ndarray]:
 def initial_params(workdir: str):
   """The parameters the run in ``workdir`` started from: ``rpr.train.init_state`` of its seed and model config."""
   import jax
-  import ml_collections
   import optax
 
   from rpr import run_config
@@ -62,7 +61,7 @@ def initial_params(workdir: str):
 
   with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
     record = json.load(f)
-  config = ml_collections.ConfigDict(record["config"])
+  config = run_config.read_config(workdir)
   model_config = run_config.model_config(config, record["model_config"]["vocab_size"])
   # Jitted, as training initialises (eager initialisers may differ in the last bit). Parameter shapes do not
   # depend on the lengths of the dummy batch; a decoder-only model takes inputs of length 0.

@@ -22,6 +22,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from rpr import run_config
 from rpr import writers
 
 IGNORED_KEYS = ("seed",)  # keys that differ between the runs of one group
@@ -82,7 +83,7 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
       raw = json.load(f)["config"]
     with open(metrics_path, encoding="utf-8") as f:
       records = writers.dedupe([json.loads(line) for line in f if line.strip()])
-    runs.append(RunRecord(workdir, flatten(with_engine_defaults(raw)), records, raw))
+    runs.append(RunRecord(workdir, flatten(with_engine_defaults(raw)), records, run_config.migrate(raw)))
   return runs
 
 
@@ -93,15 +94,14 @@ def with_engine_defaults(config: dict) -> dict:
   groups with the runs that record the default (``final_eval_splits = ()``).
   """
   from configs import base
-  from rpr import run_config
 
   defaults = base.get_config().to_dict()
-  config = run_config.with_new_options(config)
+  config = run_config.migrate(config)
   return {**{k: defaults[k] for k in run_config.ENGINE_KEYS if k in defaults and k not in config}, **config}
 
 
 def flatten(config: dict) -> dict:
-  """A run config flat by leaf name: ``model.d_model`` -> ``d_model``, ``model.position_options.max_distance``
+  """A run config flat by leaf name: ``model.d_model`` -> ``d_model``, ``model.shaw.max_distance``
   -> ``max_distance``; a model key whose name the top level also has keeps its prefix (``model.max_length``)."""
   out = {k: v for k, v in config.items() if not isinstance(v, dict)}
   for key, value in config.items():

@@ -57,7 +57,7 @@ def load_config(run: sweeps.Run, root: str):
   config = module.get_config(run.variant)
   config.lock()  # an unknown key fails instead of being added
   for key, value in run.settings(root).items():
-    *parents, leaf = key.split(".")  # model.position_options.use_values
+    *parents, leaf = key.split(".")  # model.shaw.use_values
     node = config
     for parent in parents:
       node = node[parent]

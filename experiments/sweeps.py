@@ -132,12 +132,12 @@ register(Sweep(
 def _table3_cells(config: str, overrides=(), both_on: str = "") -> list[Run]:
   """Shaw's Table 3 cells of ``config`` at k = 16: a^V and a^K each on or off, in the paper's row order.
 
-  The terms are switched by the run-config keys ``model.position_options.use_values`` and ``use_keys``.
+  The terms are switched by the run-config keys ``model.shaw.use_values`` and ``use_keys``.
 
   ``both_on``: the other sweep's run that is the a^V-and-a^K cell (``Run.same_as``).
   """
   return [Run(f"av={_bool(av)},ak={_bool(ak)}", config, "pe=shaw,k=16",
-              (*overrides, ("model.position_options.use_values", av), ("model.position_options.use_keys", ak)),
+              (*overrides, ("model.shaw.use_values", av), ("model.shaw.use_keys", ak)),
               same_as=both_on if av and ak else "")
           for av, ak in ((True, True), (False, True), (True, False), (False, False))]
 
@@ -255,8 +255,8 @@ register(Sweep(
 # Shaw et al. drop the absolute sinusoids from their relative models ("no benefit"). Adding them back tests that
 # here, and tests the position probe's reading of Table 3: a^K alone scores low because its encoder output carries
 # little position; the sinusoids give it position. The other cells are Table 1's and Table 3's runs.
-_SINUSOIDS = (("model.position_options.add_sinusoidal", True),)
-_AK_ALONE = (("model.position_options.use_values", False),)
+_SINUSOIDS = (("model.shaw.add_sinusoidal", True),)
+_AK_ALONE = (("model.shaw.use_values", False),)
 register(Sweep(
     "translation_absolute", "Shaw's relative attention plus the absolute sinusoids on Bible FR-EN: both terms and "
     "a^K alone (k = 16), with and without",
@@ -297,7 +297,7 @@ _CURVE_CELLS = (  # (name, variant, overrides, seeds): 3 seeds for Shaw, sinusoi
     ("t5", "pe=t5", (), 2), ("alibi_directional", "pe=alibi_directional", (), 2),
     *((f"k={k}", f"pe=shaw,k={k}", (), 2) for k in (0, 1, 2, 64)),
     ("av=off,ak=on", "pe=shaw,k=16", _AK_ALONE, 2),
-    ("av=on,ak=off", "pe=shaw,k=16", (("model.position_options.use_keys", False),), 2),
+    ("av=on,ak=off", "pe=shaw,k=16", (("model.shaw.use_keys", False),), 2),
     ("ak+sinusoidal", "pe=shaw,k=16", _AK_ALONE + _SINUSOIDS, 2))
 register(Sweep(
     "translation_curves", "Bible FR-EN learning curves to a plateau (validation BLEU every 500 steps, >= 10,000 "

@@ -50,12 +50,14 @@ def _norm(config, name: str) -> nn.LayerNorm:
   return nn.LayerNorm(dtype=config.compute_dtype, name=name)
 
 
-def _attention(config, position: str, causal: bool, scheme: Optional[nn.Module], name: str,
-               decode: bool = False) -> MultiHeadAttention:
+def _attention(config, scheme: nn.Module, causal: bool, name: str, decode: bool = False) -> MultiHeadAttention:
+  """The block's attention layer with the stack's ``scheme``: shared if the scheme says so, else its own copy."""
   c = config
+  if not scheme.shared_across_layers:
+    scheme = scheme.clone(parent=None)  # unbound: the layer adopts it as its own "position" submodule
   return MultiHeadAttention(
-      num_heads=c.num_heads, position=position, position_options=c.position_options, max_length=c.max_length,
-      scheme=scheme, causal=causal, dropout_rate=c.attention_dropout_rate, decode=decode, dtype=c.compute_dtype,
+      num_heads=c.num_heads, position=scheme, max_length=c.max_length, causal=causal,
+      dropout_rate=c.attention_dropout_rate, decode=decode, dtype=c.compute_dtype,
       implementation=c.attention_implementation, name=name)
 
 
@@ -63,19 +65,20 @@ class EncoderBlock(nn.Module):
   """Self-attention + feed-forward on ``[batch, length, d_model]``.
 
   Attributes:
-    config: the model config (``position`` picks the scheme).
-    scheme: a scheme module shared by all layers of the stack (T5), or None
-      for a scheme owned by this layer (Shaw's tables are unique per layer).
+    config: the model config.
+    scheme: the stack's scheme module (:func:`rpr.attention.positions.make`):
+      shared by all layers if its class says so (T5), else copied into each
+      layer (Shaw's tables are unique per layer).
   """
 
   config: Any
-  scheme: Optional[nn.Module] = None
+  scheme: nn.Module
 
   @nn.compact
   def __call__(self, x: Array, key_valid: Optional[Array]) -> Array:
     """``key_valid [batch, length]``: False at padding."""
     c = self.config
-    attention = _attention(c, c.position, False, self.scheme, "self_attention")
+    attention = _attention(c, self.scheme, False, "self_attention")
     x = residual(c, x, lambda y: attention(y, key_valid=key_valid, deterministic=c.deterministic),
                  _norm(c, "self_attention_norm"))
     return residual(c, x, FeedForward(c, name="feed_forward"), _norm(c, "feed_forward_norm"))
@@ -85,14 +88,13 @@ class DecoderBlock(nn.Module):
   """Causal self-attention (+ encoder-decoder attention) + feed-forward on ``[batch, length, d_model]``.
 
   Attributes:
-    config: the model config (``position`` for self-attention,
-      ``cross_position`` for encoder-decoder attention; ``decode`` caches the
-      self-attention keys and values).
-    self_scheme, cross_scheme: scheme modules shared across the stack, or None.
+    config: the model config (``decode`` caches the self-attention keys and values).
+    self_scheme, cross_scheme: the stack's scheme modules of the self- and
+      encoder-decoder attention (shared or copied, as in :class:`EncoderBlock`).
   """
 
   config: Any
-  self_scheme: Optional[nn.Module] = None
+  self_scheme: nn.Module
   cross_scheme: Optional[nn.Module] = None
 
   @nn.compact
@@ -107,11 +109,11 @@ class DecoderBlock(nn.Module):
     ``q_offset`` for relative schemes.
     """
     c = self.config
-    self_attention = _attention(c, c.position, True, self.self_scheme, "self_attention", c.decode)
+    self_attention = _attention(c, self.self_scheme, True, "self_attention", c.decode)
     y = residual(c, y, lambda z: self_attention(z, key_valid=self_valid, deterministic=c.deterministic),
                  _norm(c, "self_attention_norm"))
     if encoded is not None:
-      cross_attention = _attention(c, c.cross_position, False, self.cross_scheme, "cross_attention")
+      cross_attention = _attention(c, self.cross_scheme, False, "cross_attention")
       y = residual(c, y, lambda z: cross_attention(z, encoded, key_valid=encoded_valid,
                                                    deterministic=c.deterministic, q_offset=q_offset),
                    _norm(c, "cross_attention_norm"))

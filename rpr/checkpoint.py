@@ -240,6 +240,14 @@ class Checkpoints:
       raise ValueError("it holds non-finite values (NaN or inf)")
     return state
 
+  def average_params(self, abstract_state: Any, steps) -> Any:
+    """The arithmetic mean of the ``params`` of the checkpoints of ``steps`` (each verified), in float32 sums."""
+    total = None
+    for step in steps:
+      params = self._restore(step, abstract_state).params
+      total = params if total is None else jax.tree_util.tree_map(lambda a, b: a + b, total, params)
+    return jax.tree_util.tree_map(lambda a: (a / len(steps)).astype(a.dtype), total)
+
   def _move_aside(self, bad: dict[int, str], restored: int) -> None:
     """Moves the ``bad`` steps (step -> why) to ``corrupt/``, so they are neither saved over nor garbage-collected."""
     for step, why in bad.items():

@@ -21,16 +21,16 @@ target (see :func:`init_cache`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any
 
-import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from rpr import blocks
-from rpr.attention import IMPLEMENTATIONS, positions
+from rpr.attention import layer as attention_layer
+from rpr.attention import positions
 from rpr.tokens import BOS, EOS, PAD
 
 Array = jax.Array
@@ -55,12 +55,12 @@ class ModelConfig:
     attention_dropout_rate: on the attention weights.
     position: scheme name (:data:`rpr.attention.SCHEMES`) of the encoder and
       decoder, used at the embeddings (absolute schemes) and in self-attention.
+    position_options: that scheme's ``Options`` (typed, checked; a mapping of
+      their fields is converted, None gives the defaults), e.g. Shaw's
+      ``max_distance``, ``use_keys``, ``use_values``, ``share_heads``, ``add_sinusoidal``.
     cross_position: scheme of the encoder-decoder attention; ``"none"`` as in
       Shaw et al. Only schemes acting inside attention are allowed here.
-    position_options: the schemes' options by name (:func:`rpr.attention.positions.options`:
-      Shaw's ``max_distance``, ``use_keys``, ``use_values``, ``share_heads``, ``add_sinusoidal``;
-      T5's ``num_buckets``, ``bucket_max_distance``; RoPE's ``rope_base``);
-      each scheme takes the ones it declares, the others keep their defaults.
+    cross_position_options: its ``Options``, as ``position_options``.
     pre_layer_norm: False for post-LN (Vaswani, Shaw), True for pre-LN.
     share_embeddings: one embedding matrix for source, target and output logits.
     max_length: longest sequence: learned position tables and decode caches.
@@ -81,8 +81,9 @@ class ModelConfig:
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
   position: str = "shaw"
+  position_options: Any = None
   cross_position: str = "none"
-  position_options: Mapping[str, Any] = flax.core.FrozenDict({"max_distance": 16})
+  cross_position_options: Any = None
   pre_layer_norm: bool = False
   share_embeddings: bool = True
   max_length: int = 256
@@ -92,13 +93,22 @@ class ModelConfig:
   decode: bool = False
 
   def __post_init__(self):
-    object.__setattr__(self, "position_options", flax.core.FrozenDict(self.position_options))
+    # The typed options of each scheme (parse_options also checks them). An unknown scheme is left for validate.
+    for name, key in ((self.position, "position_options"), (self.cross_position, "cross_position_options")):
+      if isinstance(name, str) and name in positions.SCHEMES:
+        try:
+          object.__setattr__(self, key, positions.parse_options(name, getattr(self, key)))
+        except ValueError as e:
+          raise ValueError(f"model.{key}: {e}") from None
 
   def replace(self, **changes) -> "ModelConfig":
     """A copy with ``changes`` (unknown keys raise naming the allowed ones)."""
     unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
     if unknown:
       raise ValueError(f"unknown ModelConfig key(s) {unknown}; allowed: {[f.name for f in dataclasses.fields(self)]}")
+    for scheme, key in (("position", "position_options"), ("cross_position", "cross_position_options")):
+      if changes.get(scheme, getattr(self, scheme)) != getattr(self, scheme) and key not in changes:
+        changes[key] = None  # options belong to their scheme: a new scheme starts from its own defaults
     return dataclasses.replace(self, **changes)
 
   @property
@@ -112,7 +122,8 @@ class ModelConfig:
   def to_dict(self) -> dict:
     """Plain JSON-able values (for ``config.json``)."""
     d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-    d["position_options"] = dict(self.position_options)
+    for key in ("position_options", "cross_position_options"):
+      d[key] = dataclasses.asdict(d[key]) if dataclasses.is_dataclass(d[key]) else d[key]
     return d
 
   def validate(self) -> "ModelConfig":
@@ -140,15 +151,13 @@ class ModelConfig:
     need(isinstance(self.cross_position, str) and self.cross_position in cross, "cross_position",
          f"{cross} (absolute schemes act at the embeddings, not in encoder-decoder attention)")
     need(self.dtype in DTYPES, "dtype", list(DTYPES))
-    need(self.attention_implementation in ("dense", "chunked"), "attention_implementation", ["chunked", "dense"])
-    try:
-      positions.check_options(self.position_options)
-      for scheme in positions.SCHEMES:  # every option's range, whether the model uses its scheme or not
-        used = scheme in (self.position, self.cross_position)
-        shape = (self.num_heads, self.head_dim) if used else (1, 2)  # unused: any shape it takes
-        positions.make(scheme, *shape, max_length=self.max_length, options=self.position_options)
-    except (TypeError, ValueError) as e:
-      raise ValueError(f"model.position_options: {e}") from None
+    need(self.attention_implementation in attention_layer.DOT_PRODUCT, "attention_implementation",
+         sorted(attention_layer.DOT_PRODUCT))
+    for name, key in ((self.position, "position_options"), (self.cross_position, "cross_position_options")):
+      try:  # the checks that depend on the width (RoPE's even head_dim)
+        positions.parse_options(name, getattr(self, key), self.head_dim)
+      except ValueError as e:
+        raise ValueError(f"model.{key}: {e}") from None
     return self
 
 
@@ -186,7 +195,10 @@ def preset(name: str, **overrides) -> ModelConfig:
   """
   if name not in PRESETS:
     raise ValueError(f"unknown model preset {name!r}; allowed: {list(PRESETS)}")
-  return ModelConfig().replace(**{**PRESETS[name], **overrides}).validate()
+  settings = {**PRESETS[name], **overrides}
+  if settings.get("position", "shaw") != "shaw" and "position_options" not in overrides:
+    settings.pop("position_options")  # the preset's are Shaw's
+  return ModelConfig().replace(**settings).validate()
 
 
 # ----------------------------------------------------------------------------
@@ -205,15 +217,19 @@ def _embedding(config: ModelConfig) -> nn.Embed:
                   dtype=config.compute_dtype)
 
 
-def _stack_scheme(config: ModelConfig, name: str, causal: bool, key: str) -> nn.Module:
-  """The scheme module of one stack: absolute encodings at the embeddings, shared attention terms."""
-  return positions.make(name, config.num_heads, config.head_dim, causal=causal, max_length=config.max_length,
-                        options=config.position_options, name=key)
+def _stack_scheme(config: ModelConfig, cross: bool, causal: bool) -> nn.Module:
+  """The scheme module of one stack, built once for all its layers.
 
-
-def _shared(scheme: nn.Module):
-  """The stack's scheme if its layers share it (T5), else None (each layer makes its own)."""
-  return scheme if scheme.shared_across_layers else None
+  Bound to the stack (as ``position`` or ``cross_position``) when the stack
+  uses it itself (absolute encodings at the embeddings) or its layers share
+  it (T5); else unbound, a template each layer copies.
+  """
+  name, options = ((config.cross_position, config.cross_position_options) if cross
+                   else (config.position, config.position_options))
+  bound = not cross or positions.get(name).shared_across_layers
+  linen = {"name": "cross_position" if cross else "position"} if bound else {"parent": None}
+  return positions.make(name, config.num_heads, config.head_dim, options=options, causal=causal,
+                        max_length=config.max_length, **linen)
 
 
 def _embed(config: ModelConfig, embedding: nn.Module, scheme: nn.Module, ids: Array, offset=0) -> Array:
@@ -232,11 +248,11 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, inputs: Array) -> Array:
     c = self.config
-    scheme = _stack_scheme(c, c.position, False, "position")
+    scheme = _stack_scheme(c, cross=False, causal=False)
     valid = inputs != PAD
     x = _embed(c, self.embedding, scheme, inputs)
     for i in range(c.num_encoder_layers):
-      x = blocks.EncoderBlock(c, scheme=_shared(scheme), name=f"layer_{i}")(x, valid)
+      x = blocks.EncoderBlock(c, scheme=scheme, name=f"layer_{i}")(x, valid)
     if c.pre_layer_norm:
       x = nn.LayerNorm(dtype=c.compute_dtype, name="final_norm")(x)
     return x
@@ -255,16 +271,14 @@ class Decoder(nn.Module):
   def __call__(self, decoder_inputs: Array, encoded=None, inputs=None) -> Array:
     c = self.config
     offset = self._position(decoder_inputs.shape[1]) if c.decode else 0
-    self_scheme = _stack_scheme(c, c.position, True, "position")
-    cross_scheme = None
-    if encoded is not None and positions.get(c.cross_position).shared_across_layers:
-      cross_scheme = _stack_scheme(c, c.cross_position, False, "cross_position")
+    self_scheme = _stack_scheme(c, cross=False, causal=True)
+    cross_scheme = _stack_scheme(c, cross=True, causal=False) if encoded is not None else None
     # Decode steps see the cache, whose unwritten keys the causal mask hides.
     self_valid = None if c.decode else decoder_inputs != PAD
     encoded_valid = None if inputs is None else inputs != PAD
     y = _embed(c, self.embedding, self_scheme, decoder_inputs, offset)
     for i in range(c.num_decoder_layers):
-      y = blocks.DecoderBlock(c, self_scheme=_shared(self_scheme), cross_scheme=cross_scheme, name=f"layer_{i}")(
+      y = blocks.DecoderBlock(c, self_scheme=self_scheme, cross_scheme=cross_scheme, name=f"layer_{i}")(
           y, self_valid, encoded, encoded_valid, offset)
     if c.pre_layer_norm:
       y = nn.LayerNorm(dtype=c.compute_dtype, name="final_norm")(y)

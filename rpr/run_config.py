@@ -38,7 +38,8 @@ PLATEAU_KEYS = ("plateau_metric", "plateau_min_steps", "plateau_window", "platea
 RESUME_SAFE_KEYS = ("num_train_steps", "eval_every_steps", "log_every_steps", "checkpoint_every_steps",
                     "keep_checkpoints", "eval_splits", "final_eval_splits", "eval_batch_size", "max_eval_batches",
                     "num_eval_examples", "eval_by_length", "source_length_buckets", "decode_method",
-                    "decode_extra_length", "beam_size", "beam_alpha", "final_decode_method", *PLATEAU_KEYS)
+                    "decode_extra_length", "beam_size", "beam_alpha", "final_decode_method", "average_last",
+                    *PLATEAU_KEYS)
 # The top-level keys the engine reads (configs/base.py's, but for copy/reverse's); a data set reads its own too
 # (rpr.data.register(keys=...)), and a config key that neither reads is refused.
 ENGINE_KEYS = ("dataset", "seed", "batch_size", "eval_batch_size", "eval_splits", "final_eval_splits",
@@ -46,7 +47,7 @@ ENGINE_KEYS = ("dataset", "seed", "batch_size", "eval_batch_size", "eval_splits"
                "schedule", "warmup_steps", "adam_b1", "adam_b2", "adam_eps", "weight_decay", "grad_clip_norm",
                "label_smoothing", "num_train_steps", "eval_every_steps", "decode_method", "decode_extra_length",
                "beam_size", "beam_alpha", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
-               "final_decode_method", *PLATEAU_KEYS)
+               "final_decode_method", "average_last", *PLATEAU_KEYS)
 
 
 def evaluated_splits(config, final: bool = True) -> tuple[str, ...]:
@@ -60,21 +61,39 @@ class ConfigError(ValueError):
 
 # ModelConfig fields the engine sets itself, not the run config.
 ENGINE_FIELDS = ("vocab_size", "deterministic", "decode")
+# ModelConfig fields a run config gives as one dict per scheme (model.<scheme>), not by these names.
+OPTION_FIELDS = ("position_options", "cross_position_options")
 _DICTS = (Mapping, ml_collections.ConfigDict)
 
 
 def model_config(config, vocab_size: int) -> model_lib.ModelConfig:
-  """``ModelConfig(**config.model, vocab_size=vocab_size)``, validated (errors name ``config.model.<key>``)."""
+  """The validated :class:`~rpr.model.ModelConfig` of ``config.model`` (errors name ``config.model.<key>``).
+
+  ``config.model`` holds ModelConfig's fields by name and one dict of options
+  per position scheme (``model.shaw``, ``model.t5``, ...): every scheme's
+  options are checked, and the model takes those of ``position`` and
+  ``cross_position``.
+  """
   if not isinstance(config.model, _DICTS):
     _fail("model", config.model, "a dict of rpr.model.ModelConfig's fields (configs/base.py)")
   values = config.model.to_dict() if hasattr(config.model, "to_dict") else dict(config.model)
-  options = values.get("position_options", {})
-  if not isinstance(options, _DICTS):
-    _fail("model.position_options", options, f"a dict of scheme options, keys from {sorted(positions.options())}")
-  fields = [f for f in model_lib.ModelConfig.__dataclass_fields__ if f not in ENGINE_FIELDS]
+  options = {name: values.pop(name) for name in list(values) if name in positions.SCHEMES}
+  for name, given in options.items():
+    if not isinstance(given, _DICTS):
+      _fail(f"model.{name}", given, f"a dict of {name}'s options {sorted(positions.defaults(name))}")
+    try:
+      options[name] = positions.parse_options(name, given)
+    except ValueError as e:
+      raise ValueError(f"config.model.{name}: {e}") from None
+  fields = [f for f in model_lib.ModelConfig.__dataclass_fields__ if f not in ENGINE_FIELDS + OPTION_FIELDS]
   unknown = sorted(set(values) - set(fields))
   if unknown:
-    raise ValueError(f"config.model has unknown key(s) {unknown}; allowed: {fields}")
+    raise ValueError(f"config.model has unknown key(s) {unknown}; allowed: {fields}, and one dict of options per "
+                     f"position scheme: {sorted(n for n in positions.SCHEMES if positions.defaults(n))}")
+  for key, scheme in (("position_options", "position"), ("cross_position_options", "cross_position")):
+    name = values.get(scheme, model_lib.ModelConfig.__dataclass_fields__[scheme].default)
+    if isinstance(name, str) and name in options:
+      values[key] = options[name]
   try:
     return model_lib.ModelConfig(**values, vocab_size=vocab_size).validate()
   except ValueError as e:
@@ -199,7 +218,11 @@ def _validate(config, num_devices: int) -> None:
     _fail("label_smoothing", 1.0, "a number in [0, 1)")
   _int(config, "num_train_steps", 0)
 
-  # Evaluation and bookkeeping.
+  _validate_evaluation(config)
+
+
+def _validate_evaluation(config) -> None:
+  """The evaluation and bookkeeping keys."""
   _choice(config, "decode_method", DECODE_METHODS)
   if config.get("final_decode_method") is not None:
     _choice(config, "final_decode_method", DECODE_METHODS)
@@ -209,6 +232,10 @@ def _validate(config, num_devices: int) -> None:
   _real(config, "beam_alpha", 0.0)
   for key in ("eval_every_steps", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints"):
     _int(config, key, 1)
+  _int(config, "average_last", 1)
+  if config.average_last > config.keep_checkpoints:
+    _fail("average_last", config.average_last, f"an int <= keep_checkpoints ({config.keep_checkpoints}): the "
+          "checkpoints it averages must be kept")
   if not isinstance(config.get("eval_by_length", False), bool):
     _fail("eval_by_length", config.get("eval_by_length"), "True or False")
   buckets = config.get("source_length_buckets", ())
@@ -249,15 +276,34 @@ def _flat(tree: dict, prefix: str = "") -> dict:
   return out
 
 
-def with_new_options(recorded: dict) -> dict:
-  """A recorded config (``config.json``) with each position option it lacks set to its default.
+def migrate(recorded: dict) -> dict:
+  """A recorded config (``config.json``) in today's shape: each scheme's options in ``model.<scheme>``.
 
-  A run recorded before the scheme registry gained an option ran as that option's default does.
+  Runs recorded before the options moved kept every scheme's options in one
+  dict, ``model.position_options``; each goes to the scheme that declares it.
+  An option a record lacks (added since) is set to its default, as the run
+  ran with it.
   """
   model = recorded.get("model")
-  if not isinstance(model, dict) or not isinstance(model.get("position_options"), dict):
+  if not isinstance(model, dict):
     return recorded
-  return {**recorded, "model": {**model, "position_options": {**positions.options(), **model["position_options"]}}}
+  model = dict(model)
+  flat = model.pop("position_options", None)
+  for name in positions.SCHEMES:
+    defaults = positions.defaults(name)
+    if not defaults:
+      continue
+    given = model.get(name) if isinstance(model.get(name), dict) else {}
+    if isinstance(flat, dict):
+      given = {**{k: v for k, v in flat.items() if k in defaults}, **given}
+    model[name] = {**defaults, **given}
+  return {**recorded, "model": model}
+
+
+def read_config(workdir: str) -> ml_collections.ConfigDict:
+  """The config a run in ``workdir`` recorded (``config.json``), in today's shape (:func:`migrate`)."""
+  with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
+    return ml_collections.ConfigDict(migrate(json.load(f)["config"]))
 
 
 def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False, trust_checkpoints: bool = False) -> None:
@@ -288,7 +334,7 @@ def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False, tr
     try:
       with open(path, encoding="utf-8") as f:
         record = json.load(f)
-      old = _flat(with_new_options(record["config"]))
+      old = _flat(migrate(record["config"]))
     except (OSError, ValueError, KeyError, TypeError) as e:
       raise ConfigError(f"{path} does not read as a run record ({type(e).__name__}: {e}); allowed: the config.json "
                         "of the run that wrote the checkpoints") from None

@@ -100,6 +100,7 @@ class _Run:
   eval_fn: Callable
   predict_fn: Callable  # decodes eval_splits
   final_predict_fn: Callable  # decodes final_eval_splits (config.final_decode_method)
+  abstract_state: Any  # TrainState of jax.ShapeDtypeStructs with their shardings (restores)
   records: list  # metrics.jsonl up to the restored step, then what this run writes (process 0; [] elsewhere)
 
 
@@ -126,9 +127,9 @@ def _prepare(config, workdir: str, allow_config_change=(), restore_unverified: b
   rng = jax.random.PRNGKey(config.seed)
   ckpt = checkpoint.Checkpoints(os.path.join(workdir, "checkpoints"), every=config.checkpoint_every_steps,
                                 keep=config.keep_checkpoints, allow_unverified=restore_unverified)
+  abstract = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated),
+                                    jax.eval_shape(init_fn, rng))
   if ckpt.latest_step() is not None:
-    abstract = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated),
-                                      jax.eval_shape(init_fn, rng))
     state = ckpt.restore(abstract)  # the newest that restores; CheckpointError if none does
     logging.info("Resumed from the checkpoint of step %d in %s.", int(state.step), workdir)
   else:
@@ -154,7 +155,7 @@ def _prepare(config, workdir: str, allow_config_change=(), restore_unverified: b
       logging.info("Dropped %d record(s) past step %d from metrics.jsonl: they are trained again.", dropped,
                    int(state.step))
   return _Run(config, workdir, mesh, task, model_config, state, ckpt, step_fn, eval_fn, predict_fn,
-              final_predict_fn, records)
+              final_predict_fn, abstract, records)
 
 
 def train_and_evaluate(config, workdir: str, allow_config_change=(), restore_unverified: bool = False,
@@ -181,6 +182,8 @@ def train_and_evaluate(config, workdir: str, allow_config_change=(), restore_unv
     from rpr import writers  # TensorBoard pulls in TensorFlow: import when a run starts
 
     writer = writers.create(workdir, jax.process_index())
+    # The run's hyper-parameters for TensorBoard's HParams dashboard, beside the metrics it writes.
+    writer.write_hparams(writers.hparams(config.to_dict()))
     try:
       return _loop(run, writer)
     finally:
@@ -205,7 +208,8 @@ def _evaluate_and_write(run: _Run, writer, step: int, final: bool) -> dict[str, 
   """
   config, rule = run.config, plateau.Rule.from_config(run.config)
   t0 = time.time()
-  results = _evaluate(run, config.eval_splits, run.predict_fn)
+  params = _final_params(run, step) if final else run.state.params
+  results = _evaluate(run, config.eval_splits, run.predict_fn, params)
   reached = False
   if rule is not None and not final:
     curve = plateau.curve(run.records, rule.metric) + [(step, results[rule.metric])]
@@ -213,7 +217,8 @@ def _evaluate_and_write(run: _Run, writer, step: int, final: bool) -> dict[str, 
       results["plateau/gain"] = gain
     reached = _agreed(rule.reached(curve, step))
   if final or not reached:
-    results.update(_evaluate(run, config.get("final_eval_splits", ()) if final else (), run.final_predict_fn))
+    results.update(_evaluate(run, config.get("final_eval_splits", ()) if final else (), run.final_predict_fn,
+                             params))
   if results:
     _write(run, writer, step, results)
     logging.info("eval step %d (%.1fs): %s", step, time.time() - t0,
@@ -240,18 +245,35 @@ def _finish_at_plateau(run: _Run, writer, step: int) -> dict[str, float]:
   logging.info("Plateau reached at step %d (config.plateau_metric %s): the final evaluation.", step,
                run.config.plateau_metric)
   t0 = time.time()
-  results = {**_evaluate(run, run.config.get("final_eval_splits", ()), run.final_predict_fn), "plateau/reached": 1.0}
+  params = _final_params(run, step)
+  results = {**_evaluate(run, run.config.get("final_eval_splits", ()), run.final_predict_fn, params),
+             "plateau/reached": 1.0}
   _write(run, writer, step, results)
   logging.info("final eval step %d (%.1fs): %s", step, time.time() - t0,
                ", ".join(f"{k} {v:.4f}" for k, v in results.items()))
   return results
 
 
-def _evaluate(run: _Run, splits, predict_fn) -> dict[str, float]:
+def _evaluate(run: _Run, splits, predict_fn, params) -> dict[str, float]:
   if not splits:
     return {}
-  return evaluate(run.config, run.task, run.state.params, run.mesh, run.eval_fn, predict_fn,
-                  run.model_config.max_length, splits)
+  return evaluate(run.config, run.task, params, run.mesh, run.eval_fn, predict_fn, run.model_config.max_length,
+                  splits)
+
+
+def _final_params(run: _Run, step: int):
+  """The parameters the last evaluation scores: the state's, or with ``config.average_last = N > 1`` the mean of
+  the newest N checkpoints' at or before ``step`` (Vaswani et al.). The training state is left as it is."""
+  n = run.config.get("average_last", 1)
+  if n <= 1:
+    return run.state.params
+  run.ckpt.wait()
+  steps = sorted(s for s in run.ckpt.manager.all_steps() if s <= step)[-n:]
+  if len(steps) < n:
+    logging.warning("config.average_last = %d, but only %d checkpoint(s) exist: averaging steps %s.", n,
+                    len(steps), steps)
+  logging.info("Evaluating the mean of the parameters of the checkpoints of steps %s.", steps)
+  return run.ckpt.average_params(run.abstract_state, steps)
 
 
 def _log(run: _Run, writer, history: list, done: int, rate: float) -> dict[str, float]:

@@ -77,6 +77,19 @@ def create(workdir: str, process_index: int = 0) -> interface.MetricWriter:
   return multi_writer.MultiWriter(writers)
 
 
+def hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  """A run config flat by dotted key, each value a bool, int, float or str: TensorBoard's HParams values."""
+  out: dict[str, Any] = {}
+  for key, value in config.items():
+    if isinstance(value, Mapping):
+      out.update(hparams(value, f"{prefix}{key}."))
+    elif isinstance(value, (bool, int, float, str)) and not (isinstance(value, float) and not math.isfinite(value)):
+      out[prefix + key] = value
+    else:
+      out[prefix + key] = str(value)  # tuples, None, inf: shown as text
+  return out
+
+
 def read_jsonl(path: str) -> list[dict]:
   """The records of a ``metrics.jsonl`` file (for tests and reports)."""
   with open(path, encoding="utf-8") as f:

@@ -102,7 +102,7 @@ def test_attention_rows_of_the_two_ones_are_equal_exactly_when_there_is_no_posit
 
 def test_config_variants_and_registration():
   c = arithmetic_config("pe=shaw,k=4")
-  assert (c.model.position, c.model.position_options.max_distance, c.dataset) == ("shaw", 4, "arithmetic")
+  assert (c.model.position, c.model.shaw.max_distance, c.dataset) == ("shaw", 4, "arithmetic")
   c = arithmetic_config("pe=alibi,directional=1,seed=2")
   assert (c.model.position, c.seed) == ("alibi_directional", 2)
   assert arithmetic_config("quick").num_train_steps == 3000

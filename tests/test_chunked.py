@@ -517,7 +517,7 @@ def test_bad_arguments_raise(rng, kw, match):
 # The layer: implementation="chunked" is a drop-in for "dense" with the same parameters.
 
 
-OPTIONS = dict(max_distance=2, num_buckets=8, bucket_max_distance=16)
+OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, bucket_max_distance=16)}
 
 
 # Every registered scheme, plain and causal; and a window (restricted attention) with the schemes that act
@@ -526,7 +526,7 @@ OPTIONS = dict(max_distance=2, num_buckets=8, bucket_max_distance=16)
                          [(p, c, None) for p in sorted(positions.SCHEMES) for c in (False, True)]
                          + [("shaw", True, 3), ("t5", False, 2), ("rope", False, 2)])
 def test_layer_chunked_equals_dense_for_every_scheme(rng, position, causal, window):
-  make = lambda implementation: MultiHeadAttention(num_heads=2, position=position, position_options=OPTIONS,
+  make = lambda implementation: MultiHeadAttention(num_heads=2, position=position, position_options=OPTIONS.get(position),
                                                    max_length=16, causal=causal, window=window,
                                                    implementation=implementation)
   x = jnp.asarray(rng.normal(size=(2, 11, 8)), jnp.float32)

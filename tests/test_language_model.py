@@ -8,14 +8,15 @@ import pytest
 from rpr import model, predict
 from rpr.attention import positions
 
-POS = {"max_distance": 2, "num_buckets": 4, "bucket_max_distance": 8}  # 10 tokens reach the clipped ranges
+POS = {"shaw": {"max_distance": 2}, "t5": {"num_buckets": 4, "bucket_max_distance": 8}}  # 10 tokens reach the clipped ranges
 NO_INPUTS = jnp.zeros((2, 0), jnp.int32)
 TEXT = jnp.array([[5, 6, 9, 3, 7, 8, 4, 4, 10, 11], [3, 12, 11, 12, 13, 5, 6, 0, 0, 0]], jnp.int32)
 
 
 def tiny(**kw):
   kw = {"num_encoder_layers": 0, "num_decoder_layers": 1, **kw}
-  return model.preset("tiny", deterministic=True, position_options=POS, max_length=16, **kw)
+  kw.setdefault("position_options", POS.get(kw.get("position", "shaw")))
+  return model.preset("tiny", deterministic=True, max_length=16, **kw)
 
 
 def perturbed_params(config, seed=0):

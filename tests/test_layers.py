@@ -20,7 +20,8 @@ from rpr.attention import MultiHeadAttention
 # until it is added here (and to COVERAGE in test_positions.py).
 SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "rope", "alibi", "alibi_directional")
 F, H, L = 8, 2, 5  # features, heads (head_dim 4), length
-OPTIONS = dict(max_distance=2, num_buckets=8, bucket_max_distance=16)  # each scheme takes the ones it declares
+# The options of the schemes that have some; the others take their defaults.
+OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, bucket_max_distance=16)}
 MAX_LENGTH = 16
 WINDOW = 2
 
@@ -31,7 +32,7 @@ KINDS = {"dot": ("dense", None), "additive": ("additive", None), "local": ("dens
 
 def layer(position, kind="dot", **kw):
   implementation, window = KINDS[kind]
-  return MultiHeadAttention(num_heads=H, position=position, position_options=OPTIONS, max_length=MAX_LENGTH,
+  return MultiHeadAttention(num_heads=H, position=position, position_options=OPTIONS.get(position), max_length=MAX_LENGTH,
                             implementation=implementation, window=window, **kw)
 
 
@@ -112,7 +113,7 @@ class Block(nn.Module):
 
   @nn.compact
   def __call__(self, x, key_valid):
-    x = positions.make(self.position, H, F // H, max_length=MAX_LENGTH, options=OPTIONS,
+    x = positions.make(self.position, H, F // H, max_length=MAX_LENGTH, options=OPTIONS.get(self.position),
                        name="embed_position").embed(x.astype(self.dtype))
     return layer(self.position, self.kind, causal=self.causal, dtype=self.dtype, name="attention")(
         x, key_valid=key_valid)
@@ -244,7 +245,7 @@ def test_shaw_layer_matches_reference(random_variables, share_heads, implementat
     (dict(position="rope", head_dim=3), r"rope needs an even head_dim, got 3"),
     (dict(position="shaw", position_options={"max_distance": -1}),
      r"max_distance \(clipping distance k\) must be >= 0, got -1"),
-    (dict(position="shaw", position_options={"max_distanse": 2}), r"unknown position option 'max_distanse'; allowed: "),
+    (dict(position="shaw", position_options={"max_distanse": 2}), r"shaw has no option 'max_distanse'; allowed: "),
 ])
 def test_bad_layer_arguments_raise(random_variables, kw, match):
   model = MultiHeadAttention(**{"num_heads": H, **kw})

@@ -12,7 +12,7 @@ from rpr.attention import positions
 from rpr.tokens import BOS, EOS, PAD
 
 # Small distances so that 6-token sequences reach the clipped and bucketed ranges.
-POS = {"max_distance": 2, "num_buckets": 4, "bucket_max_distance": 8}
+POS = {"shaw": {"max_distance": 2}, "t5": {"num_buckets": 4, "bucket_max_distance": 8}}
 INPUTS = jnp.array([[5, 6, 7, 8, 9, 0, 0], [4, 4, 3, 0, 0, 0, 0]], jnp.int32)
 TARGETS = jnp.array([[5, 6, 9, 3, 7, 2], [3, 12, 11, 12, 13, 2]], jnp.int32)
 
@@ -20,7 +20,8 @@ TARGETS = jnp.array([[5, 6, 9, 3, 7, 2], [3, 12, 11, 12, 13, 2]], jnp.int32)
 def tiny(**kw):
   """The tiny preset with one layer per stack (compile time) unless ``kw`` says otherwise."""
   kw = {"num_encoder_layers": 1, "num_decoder_layers": 1, **kw}
-  return model.preset("tiny", deterministic=True, position_options=POS, max_length=16, **kw)
+  kw.setdefault("position_options", POS.get(kw.get("position", "shaw")))
+  return model.preset("tiny", deterministic=True, max_length=16, **kw)
 
 
 def init_shapes(config, inputs=jnp.ones((1, 4), jnp.int32), targets=jnp.ones((1, 4), jnp.int32)):
@@ -93,7 +94,7 @@ def test_cached_decoding_equals_full_pass(scheme):
 
 
 def test_shaw_with_sinusoids_decodes_as_its_full_pass_and_differs_from_shaw_alone():
-  config = tiny(position="shaw").replace(position_options={**POS, "add_sinusoidal": True})
+  config = tiny(position="shaw").replace(position_options={**POS["shaw"], "add_sinusoidal": True})
   params = perturbed_params(config)
   # No parameter of its own: Shaw alone runs on the same parameters.
   assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(init_shapes(tiny(position="shaw")))
@@ -186,9 +187,9 @@ def expected_parameters(c: model.ModelConfig) -> int:
   attention = 4 * d * d  # W^Q, W^K, W^V, W^O
   ffn = d * f + f + f * d + d
   norm = 2 * d
-  options = {**positions.options(), **c.position_options}
-  rows = 2 * options["max_distance"] + 1
-  shaw = 2 * rows * c.head_dim * (1 if options["share_heads"] else h)
+  o = positions.parse_options("shaw", c.position_options if c.position == "shaw" else None)
+  rows = 2 * o.max_distance + 1
+  shaw = 2 * rows * c.head_dim * (1 if o.share_heads else h)
   enc = attention + ffn + 2 * norm + (shaw if c.position == "shaw" else 0)
   dec = 2 * attention + ffn + 3 * norm + (shaw if c.position == "shaw" else 0)
   emb = v * d if c.share_embeddings else 2 * v * d + d * v + v
@@ -215,7 +216,7 @@ def test_paper_presets(name):
   assert c.position == "shaw"
   want = dict(base=(512, 8, 2048, 0.1, 16, False), big=(1024, 16, 4096, 0.3, 8, True))[name]
   pc = c.position_options
-  assert (c.d_model, c.num_heads, c.d_ff, c.dropout_rate, pc["max_distance"], pc["share_heads"]) == want
+  assert (c.d_model, c.num_heads, c.d_ff, c.dropout_rate, pc.max_distance, pc.share_heads) == want
   assert count(init_shapes(c)) == expected_parameters(c)
 
 
@@ -224,7 +225,7 @@ def test_position_parameters_live_where_the_paper_puts_them():
   assert "position" in shaw["encoder"]["layer_1"]["self_attention"]  # unique per layer
   assert "position" not in shaw["decoder"]["layer_0"]["cross_attention"]  # plain cross-attention
   t5 = init_shapes(tiny(position="t5", num_encoder_layers=2))
-  assert t5["encoder"]["position"]["bias"].shape == (POS["num_buckets"], 2)  # one table per stack
+  assert t5["encoder"]["position"]["bias"].shape == (POS["t5"]["num_buckets"], 2)  # one table per stack
   assert "position" not in t5["encoder"]["layer_0"]["self_attention"]
   learned = init_shapes(tiny(position="learned"))
   assert learned["decoder"]["position"]["embedding"].shape == (16, 32)  # ModelConfig.max_length rows
@@ -248,7 +249,8 @@ def test_attention_weights_are_sown():
     (dict(cross_position="sinusoidal"), r"cross_position.*allowed"),
     (dict(num_heads=3), r"num_heads = 3.*divisor of d_model = 32"),
     (dict(position_options={"max_distance": -1}), r"max_distance.*>= 0"),
-    (dict(position_options={"max_distanse": 4}), r"unknown position option 'max_distanse'"),
+    (dict(position_options={"max_distanse": 4}), r"model.position_options: shaw has no option 'max_distanse'"),
+    (dict(position="t5", position_options={"max_distance": 4}), r"t5 has no option 'max_distance'"),
     (dict(dropout_rate=1.5), r"dropout_rate.*\[0, 1\)"),
     (dict(num_decoder_layers=0), r"num_decoder_layers = 0.*>= 1"),
     (dict(d_model=30, num_heads=10, position="rope"), r"rope.*even head_dim"),

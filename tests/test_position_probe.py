@@ -15,8 +15,7 @@ from test_train import FAST, tiny_config
 
 
 def _config(position: str, **options):
-  return tiny_config(**dict(FAST, model=dict(FAST["model"], position=position,
-                                              position_options=dict(max_distance=4, **options))))
+  return tiny_config(**dict(FAST, model=dict(FAST["model"], position=position, shaw=dict(max_distance=4, **options))))
 
 
 def _probe_config(position: str, **options):

@@ -5,6 +5,7 @@ Transformer would: ``scheme.embed`` on the token embeddings, then a
 MultiHeadAttention self-attention layer with the same scheme inside.
 """
 
+import dataclasses
 import pathlib
 import re
 
@@ -92,22 +93,21 @@ def test_parametrised_scheme_lists_are_the_registry():
     assert not missing, f"{test.__name__} does not run {sorted(missing)}"
 
 
-# Scheme.check() runs inside make: a bad value fails when the scheme is built, naming it.
+# parse_options runs inside make: a bad value fails when the scheme is built, naming it.
 @pytest.mark.parametrize("scheme,options,match", [
     ("shaw", dict(max_distance=-3), r"max_distance \(clipping distance k\) must be >= 0, got -3"),
-    ("t5", dict(num_buckets=1), r"t5 num_buckets must be >= 2, got 1"),
+    ("t5", dict(num_buckets=1), r"t5 option num_buckets = 1 is not allowed; allowed: an int >= 2"),
     ("t5", dict(num_buckets=32, bucket_max_distance=8),
-     r"t5 bucket_max_distance \(8\) must be >= num_buckets \(32\)"),
-    ("rope", dict(rope_base=1.0), r"rope_base must be > 1, got 1\.0"),
-    ("learned", dict(learned_init_std=0.0), r"learned_init_std must be > 0, got 0\.0"),
-    # check_options: a name no scheme declares, or a value of the wrong type.
-    ("alibi", dict(alibi_directional=True), r"unknown position option 'alibi_directional'; allowed: "
-                                            r"\['add_sinusoidal', 'bucket_max_distance', 'learned_init_std', "
-                                            r"'max_distance', 'num_buckets', 'rope_base', 'share_heads', 'use_keys', "
-                                            r"'use_values'\]"),
-    ("shaw", dict(max_distance=2.5), r"position option max_distance = 2\.5 is not allowed; allowed: a int"),
-    ("shaw", dict(use_keys=1), r"position option use_keys = 1 is not allowed; allowed: a bool"),
-    ("shaw", dict(max_distance=True), r"position option max_distance = True is not allowed; allowed: a int"),
+     r"t5 option bucket_max_distance = 8 is not allowed; allowed: an int >= num_buckets \(32\)"),
+    ("rope", dict(rope_base=1.0), r"rope option rope_base = 1\.0 is not allowed; allowed: a finite number > 1"),
+    ("learned", dict(learned_init_std=0.0), r"learned option learned_init_std = 0\.0 is not allowed"),
+    # A name the scheme does not declare, or a value of the wrong type.
+    ("alibi", dict(alibi_directional=True), r"alibi has no option 'alibi_directional'; allowed: none"),
+    ("shaw", dict(max_distnce=2), r"shaw has no option 'max_distnce'; allowed: \['add_sinusoidal', 'max_distance', "
+                                  r"'share_heads', 'use_keys', 'use_values'\]"),
+    ("shaw", dict(max_distance=2.5), r"shaw option max_distance = 2\.5 is not allowed; allowed: a int"),
+    ("shaw", dict(use_keys=1), r"shaw option use_keys = 1 is not allowed; allowed: a bool"),
+    ("shaw", dict(max_distance=True), r"shaw option max_distance = True is not allowed; allowed: a int"),
 ])
 def test_bad_options_raise(scheme, options, match):
   with pytest.raises(ValueError, match=match):
@@ -119,11 +119,6 @@ def test_rope_odd_head_dim_raises_in_make():
     positions.make("rope", 2, 3)
 
 
-def test_learned_rejects_max_length_below_1():
-  with pytest.raises(ValueError, match=r"max_length must be >= 1 for 'learned', got 0"):
-    positions.make("learned", 2, 4, max_length=0)
-
-
 @pytest.mark.parametrize("std", [0.02, 1.0])
 def test_learned_table_starts_at_learned_init_std(std):
   scheme = positions.make("learned", 2, 4, max_length=4096, options=dict(learned_init_std=std))
@@ -133,39 +128,42 @@ def test_learned_table_starts_at_learned_init_std(std):
   np.testing.assert_allclose(float(jnp.std(table)), std, rtol=0.02)
 
 
-def test_options_list_every_scheme_option_with_its_default():
-  assert positions.options() == dict(max_distance=16, use_keys=True, use_values=True, share_heads=False,
-                                     add_sinusoidal=False, num_buckets=32, bucket_max_distance=128, rope_base=10000.0,
-                                     learned_init_std=0.02)
-  assert positions.scheme_options("shaw") == dict(max_distance=16, use_keys=True, use_values=True, share_heads=False,
-                                                  add_sinusoidal=False)
-  assert positions.scheme_options("t5") == dict(num_buckets=32, bucket_max_distance=128)
-  assert positions.scheme_options("rope") == dict(rope_base=10000.0)
-  assert positions.scheme_options("learned") == dict(learned_init_std=0.02)
+def test_each_scheme_declares_its_options_with_their_only_defaults():
+  assert positions.defaults("shaw") == dict(max_distance=16, use_keys=True, use_values=True, share_heads=False,
+                                            add_sinusoidal=False)
+  assert positions.defaults("t5") == dict(num_buckets=32, bucket_max_distance=128)
+  assert positions.defaults("rope") == dict(rope_base=10000.0)
+  assert positions.defaults("learned") == dict(learned_init_std=0.02)
   for name in ("none", "sinusoidal", "alibi", "alibi_directional"):
-    assert positions.scheme_options(name) == {}, name
-  positions.check_options(positions.options())
-  positions.check_options(dict(rope_base=500, share_heads=True))  # an int where a float is expected is fine
+    assert positions.defaults(name) == {}, name
+  options = positions.parse_options("rope", dict(rope_base=500))  # an int where a float is expected is fine
+  assert isinstance(options, positions.get("rope").Options) and options.rope_base == 500
+  shaw = positions.parse_options("shaw", {"max_distance": 4})
+  assert positions.parse_options("shaw", shaw) is shaw  # typed options pass through
+  assert positions.make("shaw", 2, 4, options=shaw).options == shaw
+  assert positions.make("shaw", 2, 4).options == positions.get("shaw").Options()  # None: the defaults
 
 
-def test_make_passes_each_scheme_the_options_it_declares():
-  options = dict(max_distance=3, share_heads=True, num_buckets=8, bucket_max_distance=16, rope_base=500.0)
-  shaw = positions.make("shaw", 2, 4, options=options)
-  assert (shaw.max_distance, shaw.share_heads, shaw.use_keys, shaw.use_values) == (3, True, True, True)
-  t5 = positions.make("t5", 2, 4, causal=True, options=options)
-  assert (t5.num_buckets, t5.bucket_max_distance, t5.causal, t5.num_heads, t5.head_dim) == (8, 16, True, 2, 4)
-  assert positions.make("rope", 2, 4, options=options).rope_base == 500.0
-  assert positions.make("learned", 2, 4, max_length=7, options=options).max_length == 7
-  # The others' options are ignored, not set: alibi has no max_distance field.
-  assert not hasattr(positions.make("alibi", 2, 4, options=options), "max_distance")
-  assert positions.make("t5", 2, 4).num_buckets == 32  # no options: the defaults
+def test_make_gives_each_scheme_its_own_typed_options():
+  shaw = positions.make("shaw", 2, 4, options=dict(max_distance=3, share_heads=True))
+  o = shaw.options
+  assert (o.max_distance, o.share_heads, o.use_keys, o.use_values) == (3, True, True, True)
+  t5 = positions.make("t5", 2, 4, causal=True, options=dict(num_buckets=8, bucket_max_distance=16))
+  assert (t5.options.num_buckets, t5.options.bucket_max_distance, t5.causal, t5.num_heads, t5.head_dim) == (
+      8, 16, True, 2, 4)
+  assert positions.make("rope", 2, 4, options=dict(rope_base=500.0)).options.rope_base == 500.0
+  assert positions.make("learned", 2, 4, max_length=7).max_length == 7
+  assert positions.make("t5", 2, 4).options.num_buckets == 32  # no options: the defaults
+  with pytest.raises(ValueError, match="alibi has no option 'max_distance'"):  # another scheme's is refused
+    positions.make("alibi", 2, 4, options=dict(max_distance=3))
 
 
 # ----------------------------------------------------------------------------
 # The model: token embeddings -> scheme.embed -> self-attention.
 
 F, H = 8, 2
-OPTIONS = dict(max_distance=2, num_buckets=8, bucket_max_distance=16)  # each scheme takes the ones it declares
+# The options of the schemes that have some; the others take their defaults.
+OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, bucket_max_distance=16)}
 MAX_LENGTH = 16
 VOCAB = "0123456789+-="
 # A fixed random character embedding: equal characters get equal vectors.
@@ -183,9 +181,9 @@ class Encoder(nn.Module):
 
   @nn.compact
   def __call__(self, x, key_valid=None):
-    x = positions.make(self.position, H, F // H, max_length=MAX_LENGTH, options=OPTIONS,
+    x = positions.make(self.position, H, F // H, max_length=MAX_LENGTH, options=OPTIONS.get(self.position),
                        name="embed_position").embed(x)
-    return MultiHeadAttention(num_heads=H, position=self.position, position_options=OPTIONS, max_length=MAX_LENGTH,
+    return MultiHeadAttention(num_heads=H, position=self.position, position_options=OPTIONS.get(self.position), max_length=MAX_LENGTH,
                               name="attention")(x, key_valid=key_valid)
 
 
@@ -317,7 +315,7 @@ def test_t5_buckets(random_variables):
   # Causal: future keys collapse into bucket 0, the past spreads over all 8.
   assert np.all(uni[d >= 0] == 0) and uni[d == -1] == 1 and uni[d == -20] == 7
   # The bias depends on j - i only, and bias() puts query 0 at q_offset.
-  t5 = positions.make("t5", H, 4, options=OPTIONS)
+  t5 = positions.make("t5", H, 4, options=OPTIONS["t5"])
   q = k = jnp.zeros((1, 5, H, 4))
   variables = random_variables(t5, q, k, method=t5.terms)
 
@@ -397,22 +395,24 @@ def test_a_scheme_registered_here_runs_in_the_layer(random_variables):
   assert name not in positions.SCHEMES
 
   class ClippedBias(positions.Scheme):
-    toy_clip: int = 2
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+      toy_clip: int = 2
 
-    def check(self):
-      if self.toy_clip < 0:
-        raise ValueError(f"toy_clip must be >= 0, got {self.toy_clip}")
+      def check(self, head_dim=None):
+        if self.toy_clip < 0:
+          raise ValueError(f"toy_clip must be >= 0, got {self.toy_clip}")
 
     @nn.compact
     def terms(self, query, key, q_offset=0):
-      c = self.toy_clip
+      c = self.options.toy_clip
       table = self.param("bias", nn.initializers.normal(0.02), (self.num_heads, 2 * c + 1))
       bias_fn = lambda q_pos, k_pos: table[:, jnp.clip(k_pos[None, :] - q_pos[:, None], -c, c) + c]
       return positions.Terms(query, key, bias_fn=bias_fn)
 
   positions.register(name)(ClippedBias)
   try:
-    assert positions.get(name) is ClippedBias and positions.options()["toy_clip"] == 2
+    assert positions.get(name) is ClippedBias and positions.defaults(name) == {"toy_clip": 2}
     with pytest.raises(ValueError, match=r"toy_clip must be >= 0, got -1"):
       positions.make(name, H, F // H, options={"toy_clip": -1})
     # Cross-attention of 3 queries at positions 2..4 over 6 keys, batch element 1 padded to 4 keys.
@@ -421,7 +421,7 @@ def test_a_scheme_registered_here_runs_in_the_layer(random_variables):
     xq, xkv = (jnp.asarray(rng.normal(size=(2, n, F)), jnp.float32) for n in (nq, nk))
     valid = jnp.asarray(np.arange(nk)[None, :] < np.array([[nk], [4]]))
     make = lambda implementation: MultiHeadAttention(
-        num_heads=H, position=name, position_options={**OPTIONS, "toy_clip": 2}, implementation=implementation)
+        num_heads=H, position=name, position_options={"toy_clip": 2}, implementation=implementation)
     params = random_variables(make("dense"), xq, xkv, key_valid=valid)
     table = np.asarray(params["params"]["position"]["bias"])
     assert table.shape == (H, 5)
@@ -448,4 +448,4 @@ def test_a_scheme_registered_here_runs_in_the_layer(random_variables):
     assert np.max(np.abs(np.asarray(run(no_bias)[1][0]) - np.asarray(want))) > 1e-3
   finally:
     del positions.SCHEMES[name]
-  assert name not in positions.SCHEMES and "toy_clip" not in positions.options()
+  assert name not in positions.SCHEMES

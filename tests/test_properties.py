@@ -397,7 +397,7 @@ def bad(path, values, *setup):
   return name, st.tuples(paths, values, st.just(setup))
 
 
-OPTIONS = TINY["model"]["position_options"]
+SHAW = TINY["model"]["shaw"]
 BAD_VALUES = [
     bad("dataset", names_other_than(data.names())),
     bad(("dataset=<list>", st.just("dataset")), st.lists(st.text(max_size=3))),
@@ -435,18 +435,19 @@ BAD_VALUES = [
     bad("model.dtype", names_other_than(model_lib.DTYPES, "float16", "float64")),
     bad("model.attention_implementation", names_other_than(("dense", "chunked"), "additive")),
     bad(new_key("model.", TINY["model"]), st.integers()),
-    bad("model.position_options.max_distance", ints_below(0)),
-    *(bad("model.position_options." + k, not_bool()) for k in ("use_keys", "use_values", "share_heads")),
-    bad(new_key("model.position_options.", OPTIONS), st.integers()),
-    bad("model.position_options", st.one_of(st.integers(), st.text(max_size=3))),
-    bad("model.position_options.num_buckets", ints_below(2), ("model.position", "t5")),
-    bad(("model.position_options.num_buckets<unused scheme>", st.just("model.position_options.num_buckets")),
+    bad("model.shaw.max_distance", ints_below(0)),
+    *(bad("model.shaw." + k, not_bool()) for k in ("use_keys", "use_values", "share_heads", "add_sinusoidal")),
+    bad(new_key("model.shaw.", SHAW), st.integers()),
+    bad("model.shaw", st.one_of(st.integers(), st.text(max_size=3))),
+    bad("model.t5.num_buckets", ints_below(2), ("model.position", "t5")),
+    bad(("model.t5.num_buckets<unused scheme>", st.just("model.t5.num_buckets")),
         st.integers(max_value=1)),  # the options of schemes the model does not use too
-    bad("model.position_options.bucket_max_distance", ints_below(OPTIONS["num_buckets"]), ("model.position", "t5")),
-    bad("model.position_options.rope_base", st.one_of(st.floats(max_value=1.0), st.just(math.nan), st.none(),
-                                                      st.text(max_size=3), st.booleans()), ("model.position", "rope")),
-    bad(("model.position_options.rope_base=<inf>", st.just("model.position_options.rope_base")),
+    bad("model.t5.bucket_max_distance", ints_below(TINY["model"]["t5"]["num_buckets"]), ("model.position", "t5")),
+    bad("model.rope.rope_base", st.one_of(st.floats(max_value=1.0), st.just(math.nan), st.none(),
+                                          st.text(max_size=3), st.booleans()), ("model.position", "rope")),
+    bad(("model.rope.rope_base=<inf>", st.just("model.rope.rope_base")),
         st.sampled_from((math.inf, 10 ** 400)), ("model.position", "rope")),
+    bad("model.learned.learned_init_std", reals_outside(0.0, lo_open=True), ("model.position", "learned")),
 ]
 
 

@@ -228,12 +228,12 @@ def test_a_record_from_before_an_engine_key_existed_groups_with_its_default(tmp_
 def test_a_record_from_before_a_position_option_existed_groups_with_its_default(tmp_path):
   from rpr.attention import positions
 
-  options = positions.options()
-  model = {"position": "t5", "position_options": {k: v for k, v in options.items() if k != "learned_init_std"}}
-  old = {"dataset": "sotu", "seed": 0, "model": model}  # written before learned_init_std
-  new = {**old, "seed": 1, "model": {**model, "position_options": options}}
-  changed = {**old, "seed": 2, "model": {**model, "position_options": {**options, "learned_init_std": 1.0}}}
-  for name, config in (("a", old), ("b", new), ("c", changed)):
+  t5, learned = positions.defaults("t5"), positions.defaults("learned")
+  old = {"dataset": "sotu", "seed": 0, "model": {"position": "t5", "t5": t5}}  # written before learned_init_std
+  new = {**old, "seed": 1, "model": {**old["model"], "learned": learned}}
+  changed = {**old, "seed": 2, "model": {**old["model"], "learned": {**learned, "learned_init_std": 1.0}}}
+  flat = {**old, "seed": 3, "model": {"position": "t5", "position_options": t5}}  # before options moved
+  for name, config in (("a", old), ("b", new), ("c", changed), ("d", flat)):
     _workdir(tmp_path / name, config, [{"step": 10, "test/perplexity": 50.0}])
   groups = runs_lib.group_runs(runs_lib.load_runs([str(tmp_path / "*")]))
-  assert sorted(sorted(r.seed for r in runs) for _, runs in groups) == [[0, 1], [2]]
+  assert sorted(sorted(r.seed for r in runs) for _, runs in groups) == [[0, 1, 3], [2]]

@@ -226,16 +226,33 @@ def test_cosine_makes_num_train_steps_unsafe_to_change(tmp_path):
 
 
 def test_a_position_option_added_since_the_record_resumes_at_its_default_only(tmp_path):
-  # Runs recorded before the scheme registry gained an option lack its key; at its default it changes nothing.
+  # Runs recorded before a scheme gained an option lack its key; at its default it changes nothing.
   workdir = tmp_path / "run"
   (workdir / "checkpoints" / "2").mkdir(parents=True)
   config = tiny_config()
   record = json.loads(config.to_json_best_effort())
-  del record["model"]["position_options"]["learned_init_std"]
+  del record["model"]["learned"]["learned_init_std"]
   (workdir / "config.json").write_text(json.dumps({"config": record}))
   run_config.validate(config, num_devices=1, workdir=str(workdir))
-  config.model.position_options.learned_init_std = 1.0
-  with pytest.raises(run_config.ConfigError, match=r"model.position_options.learned_init_std 0.02 -> 1.0"):
+  config.model.learned.learned_init_std = 1.0
+  with pytest.raises(run_config.ConfigError, match=r"model.learned.learned_init_std 0.02 -> 1.0"):
+    run_config.validate(config, num_devices=1, workdir=str(workdir))
+
+
+def test_a_record_from_before_the_options_moved_resumes_as_the_same_config(tmp_path):
+  # Records before the redesign kept every scheme's options in one dict, model.position_options.
+  workdir = tmp_path / "run"
+  (workdir / "checkpoints" / "2").mkdir(parents=True)
+  config = tiny_config()
+  record = json.loads(config.to_json_best_effort())
+  flat = {k: v for name in ("shaw", "t5", "rope") for k, v in record["model"].pop(name).items()}
+  del record["model"]["learned"]  # and learned_init_std did not exist yet
+  record["model"]["position_options"] = flat
+  (workdir / "config.json").write_text(json.dumps({"config": record}))
+  assert run_config.migrate(record)["model"]["shaw"] == dict(config.model.shaw)
+  run_config.validate(config, num_devices=1, workdir=str(workdir))
+  config.model.shaw.max_distance += 1
+  with pytest.raises(run_config.ConfigError, match=r"model.shaw.max_distance 4 -> 5"):
     run_config.validate(config, num_devices=1, workdir=str(workdir))
 
 

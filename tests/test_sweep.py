@@ -45,19 +45,19 @@ def _configs(name):
 
 def test_table2_cpu_is_every_k_of_the_paper_relative_only_three_seeds():
   runs = _configs("table2_cpu")
-  assert sorted({(c.model.position_options.max_distance, c.seed) for _, c in runs}) == sorted(
+  assert sorted({(c.model.shaw.max_distance, c.seed) for _, c in runs}) == sorted(
       (k, s) for k in paper.TABLE2 for s in (0, 1, 2))
   for _, c in runs:
     assert c.dataset == "arithmetic" and c.model.position == "shaw"  # Shaw attention, no absolute encoding
-    assert c.model.position_options.use_keys and c.model.position_options.use_values
-    assert paper.lookup("table2", runs_lib.flatten(c.to_dict())) == paper.TABLE2[c.model.position_options.max_distance]
+    assert c.model.shaw.use_keys and c.model.shaw.use_values
+    assert paper.lookup("table2", runs_lib.flatten(c.to_dict())) == paper.TABLE2[c.model.shaw.max_distance]
 
 
 def test_table3_cpu_is_every_switch_combination_three_seeds():
   runs = _configs("table3_cpu")
-  assert sorted({(c.model.position_options.use_values, c.model.position_options.use_keys, c.seed) for _, c in runs}) == sorted(
+  assert sorted({(c.model.shaw.use_values, c.model.shaw.use_keys, c.seed) for _, c in runs}) == sorted(
       (av, ak, s) for av, ak in paper.TABLE3 for s in (0, 1, 2))
-  assert {(c.model.position, c.model.position_options.max_distance) for _, c in runs} == {("shaw", paper.BASE_K)}
+  assert {(c.model.position, c.model.shaw.max_distance) for _, c in runs} == {("shaw", paper.BASE_K)}
 
 
 def test_wmt_sweeps_are_the_configs_cells_and_share_one_vocabulary():
@@ -89,7 +89,7 @@ def test_length_sweep_covers_every_scheme_with_three_seeds():
     ("length_tiny", "shaw", "python run.py --config=configs/length.py:tiny,pe=shaw --workdir={root}/length_tiny/shaw/seed1 "
      "--config.seed=1"),
     ("table3_cpu", "av=off,ak=on", "python run.py --config=configs/arithmetic.py:pe=shaw,k=16 "
-     "--workdir={root}/clipping/table3/av=off,ak=on/seed1 --config.num_train_steps=4000 --config.model.position_options.use_values=False --config.model.position_options.use_keys=True --config.seed=1"),
+     "--workdir={root}/clipping/table3/av=off,ak=on/seed1 --config.num_train_steps=4000 --config.model.shaw.use_values=False --config.model.shaw.use_keys=True --config.seed=1"),
 ])
 def test_printed_commands_name_the_config_variant_workdir_and_every_key(tmp_path, name, only, expected):
   _skip_without_config_file(sweep_lib.select(sweeps.get(name), only=[only])[0])

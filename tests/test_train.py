@@ -1,5 +1,6 @@
 """rpr.train end to end on the tiny config: outputs, exact resume, SIGTERM, NaN stop, data parallelism, bad configs."""
 
+import dataclasses
 import importlib
 import json
 import os
@@ -213,8 +214,8 @@ BAD_CONFIGS = [
     (dict(model={"position": "absolute"}), r"config.model.position = 'absolute'.*allowed: \[.*'shaw'"),
     (dict(model={"cross_position": "sinusoidal"}), r"config.model.cross_position.*allowed"),
     (dict(model={"num_heads": 3}), r"config.model.num_heads = 3.*allowed: a divisor of d_model = 32"),
-    (dict(model={"position_options": {"max_distance": -1}}),
-     r"config.model.position_options: max_distance \(clipping distance k\) must be >= 0, got -1"),
+    (dict(model={"shaw": {"max_distance": -1}}),
+     r"config.model.shaw: max_distance \(clipping distance k\) must be >= 0, got -1"),
     (dict(dataset="wmt99"), r"config.dataset: unknown data set 'wmt99'; allowed: \[.*'copy'"),
     (dict(dataset=""), r"config.dataset: unknown data set ''"),
     (dict(eval_splits=("test",)), r"config.eval_splits.*allowed: names from \['valid', 'long'\]"),
@@ -274,14 +275,20 @@ def test_a_newly_registered_scheme_trains_through_the_engine(tmp_path):
 
   @positions.register("toy_clipped_bias")
   class ToyClippedBias(positions.Scheme):
-    toy_radius: int = 2  # an option of its own
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+      toy_radius: int = 2  # an option of its own
+
+      def check(self, head_dim=None):
+        pass
 
     @nn.compact
     def terms(self, query, key, q_offset=0):
-      table = self.param("bias", nn.initializers.normal(0.1), (2 * self.toy_radius + 1, self.num_heads))
+      r = self.options.toy_radius
+      table = self.param("bias", nn.initializers.normal(0.1), (2 * r + 1, self.num_heads))
 
       def bias_fn(q_pos, k_pos):
-        d = jnp.clip(k_pos[None, :] - q_pos[:, None], -self.toy_radius, self.toy_radius) + self.toy_radius
+        d = jnp.clip(k_pos[None, :] - q_pos[:, None], -r, r) + r
         return jnp.transpose(table[d], (2, 0, 1))
 
       return positions.Terms(query, key, bias_fn=bias_fn)
@@ -289,8 +296,8 @@ def test_a_newly_registered_scheme_trains_through_the_engine(tmp_path):
   try:
     config = tiny_config(num_train_steps=3, eval_splits=(), log_every_steps=1,
                          model={"position": "toy_clipped_bias", "attention_implementation": "chunked"})
-    assert config.model.position_options.toy_radius == 2  # the base config lists the new option
-    config.model.position_options.toy_radius = 3
+    assert config.model.toy_clipped_bias.toy_radius == 2  # the base config lists the new scheme's options
+    config.model.toy_clipped_bias.toy_radius = 3
     out = train.train_and_evaluate(config, str(tmp_path / "run"))
     assert out["step"] == 3 and np.isfinite(out["train/loss"])
     saved = json.loads((tmp_path / "run" / "config.json").read_text())

@@ -53,7 +53,7 @@ def test_checks_that_do_not_apply_pass():
     (["--config.learning_rate=inf"], r"config.learning_rate = inf is not allowed; allowed: a number > 0.0 and finite"),
     (["--config.model.max_length=7"], r"config.model.max_length = 7 is not allowed; allowed: an int >= 9"),
     (["--config.no_such_key=1"], r"--config.no_such_key: the config has no key 'no_such_key'; allowed: .*--print_config"),
-    (["--config.model.position_options.k=1"], r"--config.model.position_options.k: the config has no key 'k'"),
+    (["--config.model.shaw.k=1"], r"--config.model.shaw.k: the config has no key 'k'"),
 ])
 def test_run_py_gives_one_line_and_exit_status_2(tmp_path, args, message):
   workdir = tmp_path / "run"
@@ -72,13 +72,14 @@ TYPED_BAD = [
     ("optimizer", ["adam"], r"config.optimizer = \['adam'\] is not allowed; allowed: \['adam', 'adamw'\]"),
     ("model.position", ["shaw"], r"config.model.position = \['shaw'\] is not allowed; allowed: \[.*'shaw'"),
     ("model", 5, r"config.model = 5 is not allowed; allowed: a dict of rpr.model.ModelConfig's fields"),
-    ("model.position_options", 5, r"config.model.position_options = 5 is not allowed; allowed: a dict of scheme "
-                                  r"options, keys from \['add_sinusoidal', 'bucket_max_distance'"),
+    ("model.shaw", 5, r"config.model.shaw = 5 is not allowed; allowed: a dict of shaw's options \['add_sinusoidal', "
+                      r"'max_distance'"),
     ("learning_rate", 10 ** 400, r"config.learning_rate = 10{400} is not allowed; allowed: a number > 0.0 and finite"),
     # The options of every scheme are checked, whichever the model uses (tiny: shaw).
-    ("model.position_options.num_buckets", 0, r"config.model.position_options: t5 num_buckets must be >= 2, got 0"),
-    ("model.position_options.rope_base", math.inf, r"config.model.position_options: rope_base must be finite, got inf"),
-    ("model.position_options.rope_base", 10 ** 400, r"config.model.position_options: rope_base must be finite"),
+    ("model.t5.num_buckets", 0, r"config.model.t5: t5 option num_buckets = 0 is not allowed; allowed: an int >= 2"),
+    ("model.rope.rope_base", math.inf, r"config.model.rope: rope option rope_base = inf is not allowed; allowed: a "
+                                       r"finite number > 1"),
+    ("model.rope.rope_base", 10 ** 400, r"config.model.rope: rope option rope_base = 10{400} is not allowed"),
 ]
 
 

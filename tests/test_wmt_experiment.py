@@ -55,7 +55,7 @@ def test_every_cell_validates_and_is_the_papers_setting(cell):
   if cell.table in (2, 3):
     assert (config.model.position, model.d_model, model.num_encoder_layers) == ("shaw", 512, 6)
   if cell.table == 3:
-    assert model.position_options["max_distance"] == paper.BASE_K
+    assert model.position_options.max_distance == paper.BASE_K
   if config.model.d_model == 1024:
     assert (model.d_model, model.num_heads, model.d_ff, model.dropout_rate) == (1024, 16, 4096, 0.3)
     assert config.num_train_steps == 300_000

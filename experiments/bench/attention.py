@@ -102,7 +102,8 @@ def make_step(config, length: int, batch: int, s: Settings, seed: int = 0):
   rng = np.random.default_rng(seed)
   shape = (batch, length, s.heads, s.head_dim)
   q, k, v, g = (jnp.asarray(rng.normal(size=shape), jnp.float32) for _ in range(4))
-  scheme = positions.make(scheme_name, s.heads, s.head_dim, options={"max_distance": s.max_distance, **overrides})
+  options = {"max_distance": s.max_distance, **overrides} if scheme_name == "shaw" else dict(overrides)
+  scheme = positions.make(scheme_name, s.heads, s.head_dim, options=options)
   params = scheme.init(jax.random.PRNGKey(seed), q[:1, :2], k[:1, :2], method=scheme.terms)
 
   def attention(params, q, k, v):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional, Union
 
 import flax.linen as nn
 import jax
@@ -34,8 +34,8 @@ def _chunked(layer, terms: positions.Terms, value: Array, mask: Mask, q_offset, 
 
 def _additive(layer, terms: positions.Terms, value: Array, mask: Mask, q_offset, rate: float, rng):
   if terms.relative is not None:
-    raise ValueError(f"position {layer.position!r} adds Shaw relative terms, which implementation='additive' does "
-                     "not support; use 'dense' or 'chunked'")
+    raise ValueError("position 'shaw' adds Shaw relative terms, which implementation='additive' does not support; "
+                     "use 'dense' or 'chunked'")
   head_dim = terms.query.shape[-1]
   v = layer.param("score_vector", nn.initializers.normal(head_dim ** -0.5), (layer.num_heads, head_dim),
                   layer.param_dtype)
@@ -47,6 +47,8 @@ def _additive(layer, terms: positions.Terms, value: Array, mask: Mask, q_offset,
 # dense: scaled dot-product, weights formed (and sown); chunked: the same in memory linear in the lengths,
 # no weights; additive: Bahdanau scores (no Shaw terms).
 IMPLEMENTATIONS: dict[str, Callable] = {"dense": _dense, "chunked": _chunked, "additive": _additive}
+# The implementations of one scaled dot-product attention, with the same parameters: a model may use either.
+DOT_PRODUCT = ("dense", "chunked")
 
 
 def check_implementation(name: str) -> None:
@@ -59,13 +61,15 @@ class MultiHeadAttention(nn.Module):
 
   Attributes:
     num_heads: number of heads; ``head_dim`` defaults to ``features_in // num_heads``.
-    position: name of the position scheme (:data:`rpr.attention.positions.SCHEMES`)
-      used in this layer's attention; absolute schemes do nothing here.
-    position_options: the schemes' options (:func:`rpr.attention.positions.options`),
-      e.g. ``{"max_distance": 16}``; each scheme takes the ones it declares.
+    position: the position scheme used in this layer's attention: its name
+      (:data:`rpr.attention.positions.SCHEMES`), or a scheme module built by
+      the caller (:func:`rpr.attention.positions.make`): an unbound one
+      becomes this layer's own (Shaw's tables), a bound one is shared with
+      its owner (T5's bias, shared by the layers of a stack). Absolute
+      schemes do nothing here.
+    position_options: with a scheme name, its options: its ``Options`` or a
+      mapping of their fields, e.g. ``{"max_distance": 16}`` (None: defaults).
     max_length: longest position (learned tables; unused by the schemes acting in attention).
-    scheme: optionally a scheme module owned by a parent, to share its
-      parameters across layers (T5 shares its bias this way).
     implementation: ``dense``, ``chunked`` or ``additive`` (:data:`IMPLEMENTATIONS`).
       Decode steps (one query against the cache) run dense.
     causal: mask keys after the query (decoder self-attention).
@@ -77,10 +81,9 @@ class MultiHeadAttention(nn.Module):
   num_heads: int
   head_dim: Optional[int] = None
   out_features: Optional[int] = None
-  position: str = "none"
-  position_options: Optional[Mapping[str, Any]] = None
+  position: Union[str, nn.Module] = "none"
+  position_options: Any = None
   max_length: int = 512
-  scheme: Optional[nn.Module] = None
   implementation: str = "dense"
   causal: bool = False
   window: Optional[int] = None
@@ -119,10 +122,10 @@ class MultiHeadAttention(nn.Module):
         implementation = "dense"
     mask = Mask(key_valid=key_valid, causal=self.causal or self.decode, window=self.window)
 
-    scheme = self.scheme
-    if scheme is None:
-      scheme = positions.make(self.position, self.num_heads, head_dim, causal=self.causal,
-                              max_length=self.max_length, options=self.position_options, name="position")
+    scheme = self.position
+    if isinstance(scheme, str):
+      scheme = positions.make(scheme, self.num_heads, head_dim, causal=self.causal, max_length=self.max_length,
+                              options=self.position_options, name="position")
     terms = scheme.terms(query, key, q_offset)
     rate = 0.0 if deterministic else self.dropout_rate
     rng = self.make_rng("dropout") if rate > 0 else None

@@ -13,19 +13,20 @@ Keys always sit at positions ``0 .. k_length-1`` and query ``i`` at
 ``q_offset + i``, so a decoder step at position ``t`` passes ``q_offset=t``.
 
 A scheme is a :class:`Scheme` subclass registered under a name. Its own
-hyper-parameters are its dataclass fields with defaults (Shaw's
-``max_distance``, T5's ``num_buckets``, ...): :func:`options` lists them
-for every registered scheme, and :func:`make` passes each scheme the ones it
-declares. Adding a scheme is one file holding one ``@register("name")``
-subclass, plus its import in ``rpr/attention/__init__.py`` (the README's
-"Adding a position scheme" walks through one).
+hyper-parameters are the fields of its ``Options`` dataclass, which holds
+their only defaults (Shaw's ``max_distance``, T5's ``num_buckets``, ...) and
+their checks: :func:`parse_options` turns a mapping of them into the typed
+options, checked, and :func:`make` builds the scheme module from them.
+Adding a scheme is one file holding one ``@register("name")`` subclass, plus
+its import in ``rpr/attention/__init__.py`` (the README's "Adding a position
+scheme" walks through one).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import flax.linen as nn
 import jax
@@ -55,22 +56,39 @@ class Terms:
     return self.bias_fn(q_pos, jnp.arange(k_length))[None]
 
 
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+  """The options of a scheme that has none."""
+
+  def check(self, head_dim: Optional[int] = None) -> None:
+    """Raises ``ValueError`` (or ``TypeError``) naming a bad value and what is allowed."""
+
+
 class Scheme(nn.Module):
   """Base of every scheme, and the scheme ``none`` (no position information).
 
-  Attributes (set by the layer or the model, not options):
+  Attributes (set by the layer or the model):
     num_heads, head_dim: of the attention it serves.
     causal: causal self-attention (T5's one-sided buckets).
     max_length: longest position (learned tables).
+    options: the scheme's ``Options`` (None: their defaults).
   """
 
   num_heads: int = 1
   head_dim: int = 1
   causal: bool = False
   max_length: int = 512
+  options: Any = None
 
+  Options: ClassVar[type] = NoOptions
   # One module for a whole stack (T5 shares its bias across layers) or one per layer (Shaw's tables).
   shared_across_layers: ClassVar[bool] = False
+  scheme_name: ClassVar[str] = "none"
+
+  def __post_init__(self):
+    if self.options is None:
+      object.__setattr__(self, "options", type(self).Options())
+    super().__post_init__()
 
   def embed(self, x: Array, offset=0) -> Array:
     return x
@@ -78,15 +96,11 @@ class Scheme(nn.Module):
   def terms(self, query: Array, key: Array, q_offset=0) -> Terms:
     return Terms(query, key)
 
-  def check(self) -> None:
-    """Raises ``ValueError`` naming a bad option value and what is allowed."""
-
   @classmethod
   def acts_in_attention(cls) -> bool:
     return cls.terms is not Scheme.terms
 
 
-_BASE_FIELDS = ("num_heads", "head_dim", "causal", "max_length", "parent", "name")
 SCHEMES: dict[str, type] = {}
 
 
@@ -102,55 +116,63 @@ def register(name: str):
 
 
 def get(name: str) -> type:
-  if name not in SCHEMES:
+  if not isinstance(name, str) or name not in SCHEMES:
     raise ValueError(f"unknown position scheme {name!r}; allowed: {sorted(SCHEMES)}")
   return SCHEMES[name]
 
 
-def scheme_options(name: str) -> dict[str, Any]:
-  """The options ``name`` declares, with their defaults."""
-  return {f.name: f.default for f in dataclasses.fields(get(name)) if f.name not in _BASE_FIELDS}
+def defaults(name: str) -> dict[str, Any]:
+  """The options ``name`` declares, with their defaults (``{}`` for a scheme without options)."""
+  return dataclasses.asdict(get(name).Options())
 
 
-def options() -> dict[str, Any]:
-  """Every registered scheme's options with their defaults (one namespace: a name means one thing)."""
-  out: dict[str, Any] = {}
-  for name in SCHEMES:
-    for key, default in scheme_options(name).items():
-      if key in out and out[key] != default:
-        raise ValueError(f"option {key!r} has two defaults ({out[key]!r}, {default!r}); scheme options share one "
-                         "namespace")
-      out[key] = default
-  return out
+def parse_options(name: str, values=None, head_dim: Optional[int] = None):
+  """The typed, checked ``Options`` of scheme ``name`` from a mapping of its fields (or its ``Options``).
+
+  Fields left out keep their defaults. An unknown field, a value of the
+  wrong type or out of range raises ``ValueError`` naming it and what is
+  allowed; ``head_dim`` adds the checks that depend on it (RoPE's even width).
+  """
+  cls = get(name).Options
+  if isinstance(values, cls):
+    options = values
+  elif dataclasses.is_dataclass(values):
+    raise ValueError(f"options {values!r} are not {name}'s; allowed: {name}'s Options, or a mapping of its fields")
+  else:
+    values = dict(values or {})
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in values.items():
+      if key not in fields:
+        raise ValueError(f"{name} has no option {key!r}; allowed: {sorted(fields) or 'none'}")
+      _check_type(name, key, value, type(fields[key].default))
+    options = cls(**values)
+  try:
+    options.check(head_dim)
+  except TypeError as e:
+    raise ValueError(str(e)) from None
+  return options
 
 
-def check_options(values: Mapping[str, Any]) -> None:
-  """Every key is some scheme's option and has its default's type; raises naming the bad one."""
-  known = options()
-  for key, value in values.items():
-    if key not in known:
-      raise ValueError(f"unknown position option {key!r}; allowed: {sorted(known)}")
-    want = type(known[key])
-    ok = isinstance(value, want) and (want is bool or not isinstance(value, bool))
-    if want is float:
-      ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok:
-      raise ValueError(f"position option {key} = {value!r} is not allowed; allowed: a {want.__name__}")
+def _check_type(scheme: str, key: str, value, want: type) -> None:
+  if want is float:
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+  elif want is int:
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+  else:
+    ok = isinstance(value, want)
+  if not ok:
+    raise ValueError(f"{scheme} option {key} = {value!r} is not allowed; allowed: a {want.__name__}")
 
 
-def make(scheme: str, num_heads: int, head_dim: int, *, causal: bool = False, max_length: int = 512,
-         options: Optional[Mapping[str, Any]] = None, **linen_kwargs) -> Scheme:
-  """The scheme named ``scheme`` with the options it declares taken from ``options`` (the rest ignored), checked.
+def make(scheme: str, num_heads: int, head_dim: int, *, options=None, causal: bool = False, max_length: int = 512,
+         **linen_kwargs) -> Scheme:
+  """The module of scheme ``scheme`` with ``options`` (its ``Options``, a mapping of them, or None for defaults).
 
   ``linen_kwargs``: ``name``, ``parent`` of the module.
   """
-  cls = get(scheme)
-  values = dict(options or {})
-  check_options(values)
-  own = {k: v for k, v in values.items() if k in scheme_options(scheme)}
-  module = cls(num_heads=num_heads, head_dim=head_dim, causal=causal, max_length=max_length, **own, **linen_kwargs)
-  module.check()
-  return module
+  options = parse_options(scheme, options, head_dim)
+  return get(scheme)(num_heads=num_heads, head_dim=head_dim, causal=causal, max_length=max_length, options=options,
+                     **linen_kwargs)
 
 
 register("none")(Scheme)
@@ -190,23 +212,23 @@ class Sinusoidal(Scheme):
 class Learned(Scheme):
   """Absolute learned embedding per position (``max_length`` rows)."""
 
-  # Standard deviation of the table at initialisation: GPT-2's and BERT's 0.02. The model scales its
-  # token embeddings by sqrt(d_model) to unit variance, so the rows start 50 times smaller than the
-  # tokens they are added to; in the LM, starting them at the tokens' scale (1.0) did worse.
-  learned_init_std: float = 0.02
+  @dataclasses.dataclass(frozen=True)
+  class Options:
+    # Standard deviation of the table at initialisation (GPT-2's and BERT's 0.02; the model scales its
+    # token embeddings by sqrt(d_model) to unit variance).
+    learned_init_std: float = 0.02
 
-  def check(self) -> None:
-    if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 1:
-      raise ValueError(f"max_length must be >= 1 for 'learned', got {self.max_length}")
-    if not self.learned_init_std > 0:
-      raise ValueError(f"learned_init_std must be > 0, got {self.learned_init_std}")
+    def check(self, head_dim: Optional[int] = None) -> None:
+      if not 0 < self.learned_init_std <= float(np.finfo(np.float64).max):  # finite, as a float
+        raise ValueError(f"learned option learned_init_std = {self.learned_init_std!r} is not allowed; "
+                         "allowed: a finite number > 0")
 
   @nn.compact
   def embed(self, x: Array, offset=0) -> Array:
     n = self.max_length
     if x.shape[1] > n:
       raise ValueError(f"sequence length {x.shape[1]} exceeds the learned table's max_length {n}")
-    table = self.param("embedding", nn.initializers.normal(self.learned_init_std), (n, x.shape[-1]))
+    table = self.param("embedding", nn.initializers.normal(self.options.learned_init_std), (n, x.shape[-1]))
     rows = jax.lax.dynamic_slice_in_dim(table, jnp.asarray(offset, jnp.int32), x.shape[1])
     return x + rows.astype(x.dtype)[None]
 
@@ -215,27 +237,28 @@ class Learned(Scheme):
 class Shaw(Scheme):
   """Shaw et al. (2018): learned a^K and a^V tables of ``2k+1`` vectors, clipped at ``k``."""
 
-  max_distance: int = 16  # clipping distance k (Shaw's base model: 16)
-  use_keys: bool = True  # the a^K term (on the logits)
-  use_values: bool = True  # the a^V term (on the values)
-  share_heads: bool = False  # one table for all heads (Shaw's big model) instead of one per head
-  # Also add the sinusoidal encoding at the embeddings. Shaw et al. drop it in their relative models,
-  # having found no benefit in keeping it.
-  add_sinusoidal: bool = False
+  @dataclasses.dataclass(frozen=True)
+  class Options:
+    max_distance: int = 16  # clipping distance k (Shaw's base model: 16)
+    use_keys: bool = True  # the a^K term (on the logits)
+    use_values: bool = True  # the a^V term (on the values)
+    share_heads: bool = False  # one table for all heads (Shaw's big model) instead of one per head
+    add_sinusoidal: bool = False  # also the absolute sinusoids at the embeddings (Shaw et al. drop them)
 
-  def check(self) -> None:
-    check_max_distance(self.max_distance)
+    def check(self, head_dim: Optional[int] = None) -> None:
+      check_max_distance(self.max_distance)
 
   def embed(self, x: Array, offset=0) -> Array:
-    return _add_sinusoid(x, offset) if self.add_sinusoidal else x
+    return _add_sinusoid(x, offset) if self.options.add_sinusoidal else x
 
   @nn.compact
   def terms(self, query: Array, key: Array, q_offset=0) -> Terms:
-    k = self.max_distance
-    shape = (2 * k + 1, self.head_dim) if self.share_heads else (self.num_heads, 2 * k + 1, self.head_dim)
+    o = self.options
+    k = o.max_distance
+    shape = (2 * k + 1, self.head_dim) if o.share_heads else (self.num_heads, 2 * k + 1, self.head_dim)
     init = nn.initializers.normal(self.head_dim ** -0.5)
-    kt = self.param("key_table", init, shape) if self.use_keys else None
-    vt = self.param("value_table", init, shape) if self.use_values else None
+    kt = self.param("key_table", init, shape) if o.use_keys else None
+    vt = self.param("value_table", init, shape) if o.use_values else None
     if kt is None and vt is None:
       return Terms(query, key)
     return Terms(query, key, relative=Relative(k, kt, vt, offset=q_offset))
@@ -265,24 +288,27 @@ def t5_bucket(relative_position: Array, bidirectional: bool, num_buckets: int, m
 class T5Bias(Scheme):
   """Raffel et al. (2020): one learned scalar per (bucketed relative distance, head), shared by the layers."""
 
-  num_buckets: int = 32  # buckets (both directions together unless causal); T5: 32
-  bucket_max_distance: int = 128  # distances from here on share the last bucket; T5: 128
-  shared_across_layers: ClassVar[bool] = True
+  @dataclasses.dataclass(frozen=True)
+  class Options:
+    num_buckets: int = 32  # buckets (both directions together unless causal); T5: 32
+    bucket_max_distance: int = 128  # distances from here on share the last bucket; T5: 128
 
-  def check(self) -> None:
-    if self.num_buckets < 2:
-      raise ValueError(f"t5 num_buckets must be >= 2, got {self.num_buckets}")
-    if self.bucket_max_distance < self.num_buckets:
-      raise ValueError(f"t5 bucket_max_distance ({self.bucket_max_distance}) must be >= num_buckets "
-                       f"({self.num_buckets})")
+    def check(self, head_dim: Optional[int] = None) -> None:
+      if self.num_buckets < 2:
+        raise ValueError(f"t5 option num_buckets = {self.num_buckets} is not allowed; allowed: an int >= 2")
+      if self.bucket_max_distance < self.num_buckets:
+        raise ValueError(f"t5 option bucket_max_distance = {self.bucket_max_distance} is not allowed; allowed: "
+                         f"an int >= num_buckets ({self.num_buckets})")
+
+  shared_across_layers: ClassVar[bool] = True
 
   @nn.compact
   def terms(self, query: Array, key: Array, q_offset=0) -> Terms:
-    table = self.param("bias", nn.initializers.normal(0.02), (self.num_buckets, self.num_heads))
+    o = self.options
+    table = self.param("bias", nn.initializers.normal(0.02), (o.num_buckets, self.num_heads))
 
     def bias_fn(q_pos, k_pos):
-      buckets = t5_bucket(k_pos[None, :] - q_pos[:, None], not self.causal, self.num_buckets,
-                          self.bucket_max_distance)
+      buckets = t5_bucket(k_pos[None, :] - q_pos[:, None], not self.causal, o.num_buckets, o.bucket_max_distance)
       return jnp.transpose(table[buckets], (2, 0, 1))
 
     return Terms(query, key, bias_fn=bias_fn)
@@ -310,18 +336,19 @@ def rotate(x: Array, positions: Array, base: float = 10000.0) -> Array:
 class RoPE(Scheme):
   """Rotary position embedding on queries and keys: ``q_i . k_j`` depends on ``j - i`` only."""
 
-  rope_base: float = 10000.0  # frequency base
+  @dataclasses.dataclass(frozen=True)
+  class Options:
+    rope_base: float = 10000.0  # frequency base
 
-  def check(self) -> None:
-    if not self.rope_base > 1:
-      raise ValueError(f"rope_base must be > 1, got {self.rope_base}")
-    if not self.rope_base <= float(np.finfo(np.float64).max):  # inf, or an int no float holds
-      raise ValueError(f"rope_base must be finite, got {self.rope_base}")
-    if self.head_dim % 2:
-      raise ValueError(f"rope needs an even head_dim, got {self.head_dim}")
+    def check(self, head_dim: Optional[int] = None) -> None:
+      # inf, or an int no float holds, is not a base
+      if not 1 < self.rope_base <= float(np.finfo(np.float64).max):
+        raise ValueError(f"rope option rope_base = {self.rope_base!r} is not allowed; allowed: a finite number > 1")
+      if head_dim is not None and head_dim % 2:
+        raise ValueError(f"rope needs an even head_dim, got {head_dim}")
 
   def terms(self, query: Array, key: Array, q_offset=0) -> Terms:
-    b = self.rope_base
+    b = self.options.rope_base
     return Terms(rotate(query, _positions(query.shape[1], q_offset), b),
                  rotate(key, jnp.arange(key.shape[1]), b))
 
