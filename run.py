@@ -149,6 +149,11 @@ def main(argv):
     if isinstance(e, _user_errors()) and not _debugging():
       _fail(str(e))
     raise
+  finally:
+    # Nothing is left to save: a signal from here on must not turn a finished run's exit status into 143.
+    # (Python's shutdown puts back the default handler of a signal with a Python handler, not of an ignored one.)
+    for s in (signal.SIGTERM, signal.SIGINT):
+      signal.signal(s, signal.SIG_IGN)
 
 
 def _run():

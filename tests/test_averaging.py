@@ -1,6 +1,8 @@
 """Checkpoint averaging (``config.average_last``): the final evaluation scores the mean of the last N checkpoints'
 parameters, the training state stays the unaveraged one, and a resumed run trains on from it."""
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -14,14 +16,21 @@ AVERAGED = dict(num_train_steps=8, eval_splits=("valid",), eval_every_steps=8, l
                 checkpoint_every_steps=2, keep_checkpoints=3, average_last=3, model={"dropout_rate": 0.1})
 
 
-def test_the_final_evaluation_scores_the_mean_of_the_last_checkpoints(tmp_path, monkeypatch):
-  scored = []
+@pytest.fixture(scope="module")
+def averaged(tmp_path_factory):
+  """One averaged run of 8 steps: its workdir, its final metrics and the parameters its final evaluation scored."""
+  path, scored = tmp_path_factory.mktemp("averaged"), []
   evaluate = train.evaluate
-  monkeypatch.setattr(train, "evaluate", lambda config, task, params, *a, **k: scored.append(params) or evaluate(
-      config, task, params, *a, **k))
-  averaged, plain = tmp_path / "averaged", tmp_path / "plain"
-  out = train.train_and_evaluate(tiny_config(**AVERAGED), str(averaged))
-  steps = [load_state(averaged, s) for s in (4, 6, 8)]
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(train, "evaluate", lambda config, task, params, *a, **k: scored.append(params) or evaluate(
+        config, task, params, *a, **k))
+    out = train.train_and_evaluate(tiny_config(**AVERAGED), str(path))
+  return path, out, scored
+
+
+def test_the_final_evaluation_scores_the_mean_of_the_last_checkpoints(averaged, tmp_path):
+  path, out, scored = averaged
+  steps = [load_state(path, s) for s in (4, 6, 8)]
   (params,) = scored
   flat = {k: v for k, v in _flat(params).items()}
   for key, value in flat.items():
@@ -29,8 +38,8 @@ def test_the_final_evaluation_scores_the_mean_of_the_last_checkpoints(tmp_path, 
     np.testing.assert_allclose(np.asarray(value), mean, rtol=1e-6, atol=1e-7, err_msg=key)
   assert np.abs(np.asarray(flat[key]) - steps[-1]["['params']" + key]).max() > 0  # not the last state
   # The same run unaveraged scores its last state: another number.
-  train.train_and_evaluate(tiny_config(**dict(AVERAGED, average_last=1)), str(plain))
-  last = writers.read_jsonl(plain / "metrics.jsonl")[-1]
+  train.train_and_evaluate(tiny_config(**dict(AVERAGED, average_last=1)), str(tmp_path))
+  last = writers.read_jsonl(tmp_path / "metrics.jsonl")[-1]
   assert out["valid/loss"] != last["valid/loss"]
 
 
@@ -41,10 +50,10 @@ def _flat(tree, prefix=""):
   return out
 
 
-def test_a_run_resumed_after_an_averaged_evaluation_trains_on_the_unaveraged_state(tmp_path):
+def test_a_run_resumed_after_an_averaged_evaluation_trains_on_the_unaveraged_state(averaged, tmp_path):
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
   train.train_and_evaluate(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(straight))
-  train.train_and_evaluate(tiny_config(**AVERAGED), str(resumed))  # averaged evaluation at step 8
+  shutil.copytree(averaged[0], resumed)  # averaged evaluation at step 8
   train.train_and_evaluate(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(resumed))
   a, b = load_state(straight, 12), load_state(resumed, 12)
   for k in a:
@@ -56,17 +65,17 @@ def test_average_last_needs_the_checkpoints_kept():
     run_config.validate(tiny_config(**dict(AVERAGED, average_last=4)), num_devices=1)
 
 
-def test_average_params_is_the_arithmetic_mean(tmp_path):
-  train.train_and_evaluate(tiny_config(**AVERAGED), str(tmp_path))
+def test_average_params_is_the_arithmetic_mean(averaged):
   import jax
 
-  ckpt = checkpoint.Checkpoints(str(tmp_path / "checkpoints"), every=2, keep=3)
+  path = averaged[0]
+  ckpt = checkpoint.Checkpoints(str(path / "checkpoints"), every=2, keep=3)
   try:
     state = ckpt.manager.restore(8)
     abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), state)
     mean = ckpt.average_params(train.TrainState(**abstract), [4, 8])
   finally:
     ckpt.close()
-  a, b = load_state(tmp_path, 4), load_state(tmp_path, 8)
+  a, b = load_state(path, 4), load_state(path, 8)
   for key, value in _flat(mean).items():
     np.testing.assert_allclose(np.asarray(value), (a["['params']" + key] + b["['params']" + key]) / 2, rtol=1e-6)
