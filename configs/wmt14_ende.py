@@ -121,19 +121,8 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
       variant, where, flags=("table1", "table2", "table3", "tiny"),
       keys={"model": base.choice(("base", "big")), "pe": base.choice(("relative", "absolute")),
             "k": base.integer(0), "ak": base.choice(_SWITCH), "av": base.choice(_SWITCH)})
-  tables = sorted(flags & {"table1", "table2", "table3"})
-  if len(tables) > 1:
-    raise ValueError(f"{where}: variant {variant!r}: one table at a time, got {tables}")
+  _check_variant(variant, flags, settings)
   model, pe = settings.get("model", "base"), settings.get("pe", "relative")
-  if pe == "absolute" and settings.keys() & {"k", "ak", "av"}:
-    raise ValueError(f"{where}: variant {variant!r}: k, ak and av set Shaw's relative attention; not with "
-                     "pe=absolute")
-  if tables and tables[0] in ("table2", "table3") and (model, pe) != ("base", "relative"):
-    raise ValueError(f"{where}: variant {variant!r}: {tables[0]} is the base model with relative positions")
-  if "table2" in flags and "k" not in settings:
-    raise ValueError(f"{where}: variant {variant!r}: table2 needs k=<int> (the paper's: 0 1 2 4 16 64 256)")
-  if "table3" in flags and not {"ak", "av"} <= settings.keys():
-    raise ValueError(f"{where}: variant {variant!r}: table3 needs ak=on|off and av=on|off")
 
   c = base.get_config()
   for key in ("min_length", "long_max_length", "num_eval_examples"):  # copy/reverse keys
@@ -201,26 +190,49 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.keep_checkpoints = c.average_last
 
   if "tiny" in flags:  # TFDS mock data: random strings, a 300-piece vocabulary, seconds on a CPU
-    tiny = model_lib.PRESETS["tiny"]
-    for key in ("d_model", "num_heads", "d_ff", "dropout_rate"):
-      c.model[key] = tiny[key]
-    if "k" not in settings:
-      c.model.shaw.max_distance = tiny["position_options"]["max_distance"]
-    c.model.num_encoder_layers = c.model.num_decoder_layers = 1
-    c.model.max_length = 64
-    c.vocab_size = 300
-    c.spm_train_pairs = 100
-    c.spm_hard_vocab_limit = False  # a tiny corpus may give fewer pieces
-    c.tokens_per_device = 128
-    c.mock_examples = 64  # offline: TFDS mock data, never a download of WMT
-    c.max_length = 16
-    c.eval_batch_size = 8
-    c.max_eval_batches = 1
-    c.learning_rate = 0.2  # peak 0.2 x 32^-0.5 x 2^-0.5 = 0.025 at step 2
-    c.warmup_steps = 2
-    c.num_train_steps = 4
-    c.eval_every_steps = 4
-    c.log_every_steps = 2
-    c.checkpoint_every_steps = 2
-    c.average_last = c.keep_checkpoints = 2  # the final evaluation scores the mean of steps 2 and 4
+    _tiny(c, settings)
   return c
+
+
+def _check_variant(variant: str, flags: set, settings: dict) -> None:
+  """The variant's keys together: one table, and each table's own model and keys."""
+  where = "configs/wmt14_ende.py"
+  tables = sorted(flags & {"table1", "table2", "table3"})
+  if len(tables) > 1:
+    raise ValueError(f"{where}: variant {variant!r}: one table at a time, got {tables}")
+  model, pe = settings.get("model", "base"), settings.get("pe", "relative")
+  if pe == "absolute" and settings.keys() & {"k", "ak", "av"}:
+    raise ValueError(f"{where}: variant {variant!r}: k, ak and av set Shaw's relative attention; not with "
+                     "pe=absolute")
+  if tables and tables[0] in ("table2", "table3") and (model, pe) != ("base", "relative"):
+    raise ValueError(f"{where}: variant {variant!r}: {tables[0]} is the base model with relative positions")
+  if "table2" in flags and "k" not in settings:
+    raise ValueError(f"{where}: variant {variant!r}: table2 needs k=<int> (the paper's: 0 1 2 4 16 64 256)")
+  if "table3" in flags and not {"ak", "av"} <= settings.keys():
+    raise ValueError(f"{where}: variant {variant!r}: table3 needs ak=on|off and av=on|off")
+
+
+def _tiny(c: ml_collections.ConfigDict, settings: dict) -> None:
+  """The tiny variant: TFDS mock data, a 300-piece vocabulary, 1+1 layers, 4 steps (offline, seconds)."""
+  tiny = model_lib.PRESETS["tiny"]
+  for key in ("d_model", "num_heads", "d_ff", "dropout_rate"):
+    c.model[key] = tiny[key]
+  if "k" not in settings:
+    c.model.shaw.max_distance = tiny["position_options"]["max_distance"]
+  c.model.num_encoder_layers = c.model.num_decoder_layers = 1
+  c.model.max_length = 64
+  c.vocab_size = 300
+  c.spm_train_pairs = 100
+  c.spm_hard_vocab_limit = False  # a tiny corpus may give fewer pieces
+  c.tokens_per_device = 128
+  c.mock_examples = 64  # offline: TFDS mock data, never a download of WMT
+  c.max_length = 16
+  c.eval_batch_size = 8
+  c.max_eval_batches = 1
+  c.learning_rate = 0.2  # peak 0.2 x 32^-0.5 x 2^-0.5 = 0.025 at step 2
+  c.warmup_steps = 2
+  c.num_train_steps = 4
+  c.eval_every_steps = 4
+  c.log_every_steps = 2
+  c.checkpoint_every_steps = 2
+  c.average_last = c.keep_checkpoints = 2  # the final evaluation scores the mean of steps 2 and 4
