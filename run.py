@@ -49,6 +49,12 @@ _WORKDIR = flags.DEFINE_string("workdir", os.path.join(_HERE, "workdirs", "defau
 QUICK_SCHEMES = ("sinusoidal", "none")  # one scheme that sees the order, one that cannot
 STOPPED = 3  # exit status of a run a signal stopped (checkpoint saved; the same command resumes)
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first (one process per host).")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None, "--multihost: host:port of process 0; None: "
+                                   "detected from the cluster (TPU VM, SLURM, ...).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "--multihost: the job's process count; None: detected.",
+                                      lower_bound=1)
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "--multihost: this process's index; None: detected.",
+                                   lower_bound=0)
 _PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print the resolved config and exit.")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show the traceback of a user error instead of one line.")
 _RESTORE_UNVERIFIED = flags.DEFINE_bool(
@@ -173,7 +179,10 @@ def _run():
   import jax  # after flag parsing, so --multihost can initialise the runtime first
 
   if _MULTIHOST.value:
-    jax.distributed.initialize()
+    # CPU hosts (and the tests, several processes on one machine) exchange arrays through gloo; accelerators
+    # use their own collectives and ignore this setting.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   from rpr import train
 
   run_config.validate(config, jax.device_count())  # the batch sizes against the devices, before the first log line

@@ -62,8 +62,14 @@ def tiny_config(**overrides):
 
 
 def load_state(workdir, step) -> dict:
-  """The saved TrainState of ``step`` as a flat dict of numpy arrays."""
-  tree = ocp.StandardCheckpointer().restore(str(pathlib.Path(workdir) / "checkpoints" / str(step) / "default"))
+  """The saved TrainState of ``step`` as a flat dict of numpy arrays, whatever device layout saved it."""
+  path = str(pathlib.Path(workdir) / "checkpoints" / str(step) / "default")
+  checkpointer = ocp.StandardCheckpointer()
+  meta = checkpointer.metadata(path).item_metadata
+  here = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  target = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here),
+                                  getattr(meta, "tree", meta))
+  tree = checkpointer.restore(path, target)
   return {jax.tree_util.keystr(path): np.asarray(v) for path, v in jax.tree_util.tree_leaves_with_path(tree)}
 
 
