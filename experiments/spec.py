@@ -21,6 +21,8 @@ class ReportSpec:
     x: a numeric config key to order the groups by and to plot the metric against.
     also: more metrics of the same groups, a column each in a second table.
     curve: metrics drawn in order as one line per group (``curve.png``).
+    steps: metrics drawn against the training step, one line per run, unfinished runs included
+      (``learning_curves.png``, ``experiments.learning_curves``).
     paper: Shaw et al.'s table whose number is set beside each group (``experiments.paper``).
     bound: arithmetic views (``bag``, ``reversal``) each group is held to (the ceiling column).
     target: a value every run of every unbounded group must reach (a check).
@@ -32,6 +34,7 @@ class ReportSpec:
   x: Optional[str] = None
   also: tuple[str, ...] = ()
   curve: tuple[str, ...] = ()
+  steps: tuple[str, ...] = ()
   paper: Optional[str] = None
   bound: tuple[str, ...] = ()
   target: Optional[float] = None
@@ -40,7 +43,7 @@ class ReportSpec:
   title: Optional[str] = None
 
   def __post_init__(self):
-    for name in ("also", "curve", "bound"):  # one string is one item; flags give lists
+    for name in ("also", "curve", "steps", "bound"):  # one string is one item; flags give lists
       value = getattr(self, name)
       object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value or ()))
     if not (self.metric or self.by_length):

@@ -281,7 +281,7 @@ register(Sweep(
     _seeded([Run(f"k={k}", "configs/lm.py", f"pe=shaw,k={k}", _LM_CURVE) for k in (2, 8, 16, 64, 256)]
             + [Run(s, "configs/lm.py", f"pe={s}", _LM_CURVE) for s in ("rope", "alibi", "sinusoidal")],
             seed_major=True),
-    report=LM_REPORT, results="lm/curves"))
+    report=dataclasses.replace(LM_REPORT, steps=("validation/perplexity",)), results="lm/curves"))
 
 # Translation learning curves to a plateau. The rule, fixed before the runs: evaluate validation BLEU (greedy)
 # every 500 steps; at a step S >= 10,000 (4x the 2,500-step budget of Tables 1-3), stop when the mean of the last
@@ -304,4 +304,4 @@ register(Sweep(
     "steps): Table 1's schemes, k in 0 1 2 64, a^K alone, a^V alone, a^K alone + sinusoids",
     tuple(Run(name, "configs/translation.py", variant, overrides + TRANSLATION_CURVE, seed=s)
           for s in SEEDS for name, variant, overrides, n in _CURVE_CELLS if s < n),
-    report=TRANSLATION_REPORT, results="translation/curves"))
+    report=dataclasses.replace(TRANSLATION_REPORT, steps=("validation/bleu",)), results="translation/curves"))

@@ -237,3 +237,25 @@ def test_a_record_from_before_a_position_option_existed_groups_with_its_default(
     _workdir(tmp_path / name, config, [{"step": 10, "test/perplexity": 50.0}])
   groups = runs_lib.group_runs(runs_lib.load_runs([str(tmp_path / "*")]))
   assert sorted(sorted(r.seed for r in runs) for _, runs in groups) == [[0, 1, 3], [2]]
+
+
+def test_steps_draws_every_run_against_the_step_and_says_where_each_stands(tmp_path):
+  curve = lambda end, scale: [{"step": s, "validation/loss": scale / s} for s in range(100, end + 1, 100)]
+  for seed in (0, 1):  # finished, one stopped by its plateau rule
+    records = curve(400, 1 + seed) + [{"step": 400, "test/loss": 0.5 + seed}]
+    if seed:
+      records[-1]["plateau/reached"] = 1.0
+    _workdir(tmp_path / "runs" / "a" / f"seed{seed}", {**BASE, "max_distance": 2, "seed": seed,
+                                                        "plateau_metric": "validation/loss"}, records)
+  _workdir(tmp_path / "runs" / "b" / "seed0", {**BASE, "max_distance": 8, "seed": 0,
+                                               "plateau_metric": "validation/loss"}, curve(200, 3))  # unfinished
+  out = tmp_path / "out"
+  tabulate.write_report([str(tmp_path / "runs" / "*" / "*")], str(out), metric="test/loss",
+                        steps=("validation/loss",))
+  assert (out / "learning_curves.png").read_bytes().startswith(PNG_MAGIC)
+  table = (out / "table.md").read_text()
+  assert "2 runs (1 more without it, unfinished) in 1 groups" in table
+  rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if "[" in line and "|" in line}
+  # k = 2: 2 runs at step 400, last validation loss 1/400 and 2/400; one stopped by its rule.
+  assert "| 2 | 400 | 0.00 [0.00, 0.01] | stopped at 400, training |" in rows["k=2"]
+  assert "| 1 | 200 | 0.01 [0.01, 0.01] | training |" in rows["k=8"]

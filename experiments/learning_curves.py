@@ -1,0 +1,74 @@
+"""Learning curves in a report: metrics against the training step, one line per run (``ReportSpec.steps``).
+
+Every run the report reads is drawn, the unfinished ones included (a curve
+in progress is the point of the plot), in its group's colour, one line per
+seed. Under the plot, per group: its runs, the step each has reached, the
+last value of each metric (mean and range over the runs), and, for runs
+with a plateau rule (``config.plateau_metric``), the step where the rule
+stopped them or "training". Written to ``learning_curves.png``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from experiments import columns
+from experiments import render
+from experiments import runs as runs_lib
+
+
+def series(run: runs_lib.RunRecord, metric: str) -> tuple[list[int], list[float]]:
+  """(steps, values) of every record of ``run`` that holds ``metric``, in step order."""
+  points = sorted((int(r["step"]), float(r[metric])) for r in run.records if isinstance(r.get(metric), (int, float)))
+  return [s for s, _ in points], [v for _, v in points]
+
+
+def plot(path: str, groups: Sequence[tuple[str, list[runs_lib.RunRecord]]], metrics: Sequence[str]) -> None:
+  plt = render.pyplot()
+  fig, axes = plt.subplots(1, len(metrics), figsize=(7.4 * len(metrics), 4.4), squeeze=False)
+  for ax, metric in zip(axes[0], metrics):
+    for i, (label, runs) in enumerate(groups):
+      color = f"C{i % 10}"
+      for j, run in enumerate(runs):
+        steps, values = series(run, metric)
+        ax.plot(steps, values, color=color, linewidth=1.2, alpha=0.85, label=label if j == 0 else None)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(metric)
+    if metric.endswith("perplexity"):
+      ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+  axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+  fig.suptitle("learning curves: one line per run")
+  render.save(fig, path)
+
+
+def _plateau(run: runs_lib.RunRecord) -> str:
+  reached = [r["step"] for r in run.records if r.get("plateau/reached")]
+  if reached:
+    return f"stopped at {int(reached[0]):,}"
+  return "training" if run.config.get("plateau_metric") else "-"
+
+
+@columns.section("learning_curves", order=3, shown=lambda report: bool(report.spec.steps), reads=("steps",))
+def learning_curves_section(report: columns.Report) -> list[str]:
+  """The plot of every run's curves, and per group where its runs stand."""
+  grouped = runs_lib.group_runs(report.runs)
+  groups = list(zip(runs_lib.labels([c for c, _ in grouped]), [rs for _, rs in grouped]))
+  plot(os.path.join(report.out, "learning_curves.png"), groups, report.spec.steps)
+  rows = []
+  for label, runs in groups:
+    steps = [max((int(r["step"]) for r in run.records), default=0) for run in runs]
+    cells = [label, str(len(runs)), runs_lib.step_range(steps)]
+    for metric in report.spec.steps:
+      last = [v[-1] for v in (series(run, metric)[1] for run in runs) if v]
+      s = runs_lib.spread(last) if last else None
+      cells.append("-" if s is None else f"{s['mean']:.2f} [{s['min']:.2f}, {s['max']:.2f}]")
+    cells.append(", ".join(sorted({_plateau(run) for run in runs})))
+    rows.append(cells)
+  header = ["variant", "runs", "step reached", *(f"{m}, last (mean [min, max])" for m in report.spec.steps),
+            "plateau rule"]
+  return ["![learning curves](learning_curves.png)", "",
+          "Every run read, finished or not, at its latest evaluation:", "",
+          render.markdown_table(header, rows), ""]
+
