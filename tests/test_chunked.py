@@ -452,6 +452,26 @@ def test_float32_and_bfloat16_inputs(rng):
   out16 = chunked(bf(q), bf(kk), bf(v), bf(kt), bf(vt))
   assert out16.dtype == jnp.bfloat16
   np.testing.assert_allclose(np.asarray(out16, np.float32), np.asarray(dense), rtol=0.05, atol=0.05)
+  # The running max, normaliser and output accumulators of every loop stay float32 on bfloat16 inputs.
+  carried = loop_carries(jax.make_jaxpr(chunked)(bf(q), bf(kk), bf(v), bf(kt), bf(vt)).jaxpr)
+  floats = {str(a.dtype) for a in carried if jnp.issubdtype(a.dtype, jnp.floating)}
+  assert carried and floats == {"float32"}, floats
+
+
+def loop_carries(jaxpr) -> list:
+  """The avals every while or scan loop of ``jaxpr`` (at any depth) carries from one iteration to the next."""
+  out = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "while":
+      out += [v.aval for v in eqn.outvars]
+    elif eqn.primitive.name == "scan":
+      out += [v.aval for v in eqn.outvars[:eqn.params["num_carry"]]]
+    for param in eqn.params.values():
+      for sub in (param if isinstance(param, (list, tuple)) else [param]):
+        inner = getattr(sub, "jaxpr", None)
+        if inner is not None:
+          out += loop_carries(getattr(inner, "jaxpr", inner))
+  return out
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
