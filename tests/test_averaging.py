@@ -28,7 +28,8 @@ def averaged(tmp_path_factory):
   return path, out, scored
 
 
-def test_the_final_evaluation_scores_the_mean_of_the_last_checkpoints(averaged, tmp_path):
+def test_the_final_evaluation_scores_the_mean_of_the_last_checkpoints_and_training_resumes_unaveraged(averaged,
+                                                                                                    tmp_path):
   path, out, scored = averaged
   steps = [load_state(path, s) for s in (4, 6, 8)]
   (params,) = scored
@@ -38,9 +39,19 @@ def test_the_final_evaluation_scores_the_mean_of_the_last_checkpoints(averaged, 
     np.testing.assert_allclose(np.asarray(value), mean, rtol=1e-6, atol=1e-7, err_msg=key)
   assert np.abs(np.asarray(flat[key]) - steps[-1]["['params']" + key]).max() > 0  # not the last state
   # The same run unaveraged scores its last state: another number.
-  train.train_and_evaluate(tiny_config(**dict(AVERAGED, average_last=1)), str(tmp_path))
-  last = writers.read_jsonl(tmp_path / "metrics.jsonl")[-1]
+  train.train_and_evaluate(tiny_config(**dict(AVERAGED, average_last=1)), str(tmp_path / "plain"))
+  last = writers.read_jsonl(tmp_path / "plain" / "metrics.jsonl")[-1]
   assert out["valid/loss"] != last["valid/loss"]
+  # average_params itself: the arithmetic mean of the steps it is given.
+  _check_average_params(path)
+  # A run resumed after the averaged evaluation trains on from the unaveraged state: a straight run's.
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  train.train_and_evaluate(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(straight))
+  shutil.copytree(path, resumed)  # averaged evaluation at step 8
+  train.train_and_evaluate(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(resumed))
+  a, b = load_state(straight, 12), load_state(resumed, 12)
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
 def _flat(tree, prefix=""):
@@ -50,25 +61,14 @@ def _flat(tree, prefix=""):
   return out
 
 
-def test_a_run_resumed_after_an_averaged_evaluation_trains_on_the_unaveraged_state(averaged, tmp_path):
-  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  train.train_and_evaluate(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(straight))
-  shutil.copytree(averaged[0], resumed)  # averaged evaluation at step 8
-  train.train_and_evaluate(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(resumed))
-  a, b = load_state(straight, 12), load_state(resumed, 12)
-  for k in a:
-    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-
-
 def test_average_last_needs_the_checkpoints_kept():
   with pytest.raises(run_config.ConfigError, match=r"config.average_last = 4 .*<= keep_checkpoints \(3\)"):
     run_config.validate(tiny_config(**dict(AVERAGED, average_last=4)), num_devices=1)
 
 
-def test_average_params_is_the_arithmetic_mean(averaged):
+def _check_average_params(path):
   import jax
 
-  path = averaged[0]
   ckpt = checkpoint.Checkpoints(str(path / "checkpoints"), every=2, keep=3)
   try:
     state = ckpt.manager.restore(8)

@@ -285,10 +285,9 @@ def test_killed_at_any_moment_the_rerun_equals_a_straight_run(straight, tmp_path
   assert [r for r in ours if not window(r)] == [r for r in theirs if not window(r)]
 
 
-def test_a_signal_after_the_final_metrics_leaves_a_finished_run_finished(straight, tmp_path, compilation_cache):
+def test_a_signal_after_the_final_metrics_leaves_a_finished_run_finished(tmp_path, compilation_cache):
   """SIGTERM while the finished process shuts down: exit status 0 (Python's shutdown would otherwise put the
-  default handler back, and the status would be 143 after everything was saved), and the straight run's state."""
-  reference, _ = straight
+  default handler back, and the status would be 143 after everything was saved), and the last step saved."""
   proc = subprocess.Popen([sys.executable, "run.py", *KILL, f"--workdir={tmp_path}"], cwd=ROOT,
                           env=_env(compilation_cache), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   lines = []
@@ -301,6 +300,5 @@ def test_a_signal_after_the_final_metrics_leaves_a_finished_run_finished(straigh
     time.sleep(0.005)
   lines.extend(proc.stderr)
   assert proc.returncode == 0, (proc.returncode, "".join(lines)[-3000:])
-  a, b = load_state(reference, 24), load_state(tmp_path, 24)
-  for k in a:
-    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  assert (tmp_path / "checkpoints" / "24" / "SHA256SUMS").is_file()
+  assert writers.read_jsonl(tmp_path / "metrics.jsonl")[-1]["step"] == 24
