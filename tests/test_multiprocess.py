@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from rpr import writers
-from tests.test_train import ROOT, _env, compilation_cache, load_state  # noqa: F401 (a fixture)
+from tests.test_train import ROOT, _env, compilation_cache, load_state, timeless_records  # noqa: F401 (a fixture)
 
 TINY = ["--config=configs/tiny.py", "--config.eval_every_steps=8", "--config.checkpoint_every_steps=4",
         "--config.log_every_steps=4", "--config.keep_checkpoints=3", "--config.model.dropout_rate=0.1"]
@@ -54,9 +54,6 @@ def finish(procs, codes=(0,)):
   return errors
 
 
-def _timeless(path):
-  return [{k: v for k, v in r.items() if k != "train/steps_per_sec"} for r in writers.read_jsonl(path)]
-
 
 def assert_same_run(a, b, step, stopped=()):
   """Equal parameters and optimiser state (to float32 round-off) and the same metrics records, but the first
@@ -65,7 +62,7 @@ def assert_same_run(a, b, step, stopped=()):
   assert sorted(x) == sorted(y)
   for k in x:
     np.testing.assert_allclose(x[k], y[k], rtol=1e-5, atol=1e-6, err_msg=k)
-  mx, my = _timeless(a / "metrics.jsonl"), _timeless(b / "metrics.jsonl")
+  mx, my = timeless_records(a / "metrics.jsonl"), timeless_records(b / "metrics.jsonl")
   assert [r["step"] for r in mx] == [r["step"] for r in my]
   for r, s in zip(mx, my):
     assert r.keys() == s.keys()

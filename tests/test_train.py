@@ -73,6 +73,11 @@ def load_state(workdir, step) -> dict:
   return {jax.tree_util.keystr(path): np.asarray(v) for path, v in jax.tree_util.tree_leaves_with_path(tree)}
 
 
+def timeless_records(path) -> list[dict]:
+  """The records of a metrics.jsonl without the step rate, the one value two equal runs may differ in."""
+  return [{k: v for k, v in r.items() if k != "train/steps_per_sec"} for r in writers.read_jsonl(path)]
+
+
 # Short runs without evaluation, so that each test compiles only the train step.
 FAST = dict(num_train_steps=8, eval_splits=(), log_every_steps=2, checkpoint_every_steps=100,
             model={"dropout_rate": 0.1})

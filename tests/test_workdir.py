@@ -20,7 +20,8 @@ from rpr import run_config
 from rpr import train
 from rpr import workdir
 from rpr import writers
-from tests.test_train import ROOT, _env, compilation_cache, load_state, tiny_config  # noqa: F401 (a fixture)
+from tests.test_train import ROOT, _env, load_state, timeless_records, tiny_config
+from tests.test_train import compilation_cache  # noqa: F401 (a fixture)
 
 FAST = dict(num_train_steps=8, eval_splits=(), log_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=2,
             model={"dropout_rate": 0.1})
@@ -251,9 +252,6 @@ def straight(tmp_path_factory, compilation_cache):
   return path, time.time() - t0
 
 
-def _timeless(path):
-  return [{k: v for k, v in r.items() if k != "train/steps_per_sec"} for r in writers.read_jsonl(path)]
-
 
 @hypothesis.settings(max_examples=1, deadline=None, derandomize=True,
                      suppress_health_check=list(hypothesis.HealthCheck))
@@ -276,7 +274,7 @@ def test_killed_at_any_moment_the_rerun_equals_a_straight_run(straight, tmp_path
   a, b = load_state(reference, 24), load_state(path, 24)
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-  ours, theirs = _timeless(path / "metrics.jsonl"), _timeless(reference / "metrics.jsonl")
+  ours, theirs = timeless_records(path / "metrics.jsonl"), timeless_records(reference / "metrics.jsonl")
   assert [r["step"] for r in ours] == [r["step"] for r in theirs]  # each step once, none missing
   # A SIGTERM saves after any step; the first train/* record after the restart then averages only the steps
   # trained since. Every other record is the straight run's.
