@@ -1,7 +1,7 @@
 """Encoder self-attention maps of a trained run, as in seed 002: every layer and head, for given inputs.
 
 ``encoder_attention(config, params, text)`` returns the attention weights that
-:class:`rpr.layers.MultiHeadAttention` sows in ``intermediates``,
+:class:`rpr.attention.layer.MultiHeadAttention` sows in ``intermediates``,
 ``[layers, heads, q, k]`` over the characters of ``text`` (padding dropped).
 ``row_difference`` is the measured max abs difference between the attention
 rows of two query positions: for "12+1" the tens-place "1" (index 0) and the

@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from rpr import run_config
-from rpr import writers
+from rpr import records as records_lib
 
 IGNORED_KEYS = ("seed",)  # keys that differ between the runs of one group
 SHORT_NAMES = {"position": "pe", "max_distance": "k", "use_keys": "aK", "use_values": "aV",
@@ -72,7 +72,7 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
   """Every workdir matched by ``patterns`` that holds ``config.json`` and ``metrics.jsonl``, sorted by path.
 
   A step logged twice (a run restarted from an earlier checkpoint) keeps its later record
-  (:func:`rpr.writers.dedupe`).
+  (:func:`rpr.records.dedupe`).
   """
   runs = []
   for workdir in sorted({p for pattern in patterns for p in glob.glob(pattern)}):
@@ -82,7 +82,7 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
     with open(config_path, encoding="utf-8") as f:
       raw = json.load(f)["config"]
     with open(metrics_path, encoding="utf-8") as f:
-      records = writers.dedupe([json.loads(line) for line in f if line.strip()])
+      records = records_lib.dedupe([json.loads(line) for line in f if line.strip()])
     runs.append(RunRecord(workdir, flatten(with_engine_defaults(raw)), records, run_config.migrate(raw)))
   return runs
 

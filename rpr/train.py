@@ -35,6 +35,7 @@ from rpr import data
 from rpr import optim
 from rpr import plateau
 from rpr import predict as predict_lib
+from rpr import records
 from rpr import run_config
 from rpr import stop
 from rpr.evaluation import decode_limits, evaluate  # noqa: F401 (re-exported)
@@ -146,16 +147,14 @@ def _prepare(config, workdir: str, allow_config_change=(), restore_unverified: b
   final_method = config.get("final_decode_method") or config.decode_method
   final_predict_fn = (predict_fn if final_method == config.decode_method else
                       predict_lib.make_predict_fn(config, model_config, batch_sharding, replicated, method=final_method))
-  records = []
+  kept = []
   if jax.process_index() == 0:
-    from rpr import writers
-
-    records, dropped = writers.rewind_jsonl(os.path.join(workdir, "metrics.jsonl"), int(state.step))
+    kept, dropped = records.rewind_jsonl(os.path.join(workdir, "metrics.jsonl"), int(state.step))
     if dropped:
       logging.info("Dropped %d record(s) past step %d from metrics.jsonl: they are trained again.", dropped,
                    int(state.step))
   return _Run(config, workdir, mesh, task, model_config, state, ckpt, step_fn, eval_fn, predict_fn,
-              final_predict_fn, abstract, records)
+              final_predict_fn, abstract, kept)
 
 
 def train_and_evaluate(config, workdir: str, allow_config_change=(), restore_unverified: bool = False,

@@ -9,7 +9,7 @@ import pytest
 from rpr import checkpoint
 from rpr import run_config
 from rpr import train
-from rpr import writers
+from rpr.records import read_jsonl
 from tests.test_train import compilation_cache, load_state, tiny_config  # noqa: F401 (a fixture)
 
 AVERAGED = dict(num_train_steps=8, eval_splits=("valid",), eval_every_steps=8, log_every_steps=2,
@@ -40,7 +40,7 @@ def test_the_final_evaluation_scores_the_mean_of_the_last_checkpoints_and_traini
   assert np.abs(np.asarray(flat[key]) - steps[-1]["['params']" + key]).max() > 0  # not the last state
   # The same run unaveraged scores its last state: another number.
   train.train_and_evaluate(tiny_config(**dict(AVERAGED, average_last=1)), str(tmp_path / "plain"))
-  last = writers.read_jsonl(tmp_path / "plain" / "metrics.jsonl")[-1]
+  last = read_jsonl(tmp_path / "plain" / "metrics.jsonl")[-1]
   assert out["valid/loss"] != last["valid/loss"]
   # average_params itself: the arithmetic mean of the steps it is given.
   _check_average_params(path)

@@ -20,10 +20,10 @@ import time
 import numpy as np
 import pytest
 
-from rpr import writers
+from rpr.records import read_jsonl
 from tests.test_train import ROOT, _env, compilation_cache, load_state, timeless_records  # noqa: F401 (a fixture)
 
-TINY = ["--config=configs/tiny.py", "--config.eval_every_steps=8", "--config.checkpoint_every_steps=4",
+TINY = ["--config=configs/tiny.py", "--config.eval_every_steps=12", "--config.checkpoint_every_steps=4",
         "--config.log_every_steps=4", "--config.keep_checkpoints=3", "--config.model.dropout_rate=0.1"]
 
 
@@ -73,9 +73,9 @@ def assert_same_run(a, b, step, stopped=()):
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, compilation_cache):
-  """1 process x 4 devices, 16 steps: the reference, with its checkpoints of steps 8, 12 and 16."""
+  """1 process x 4 devices, 12 steps: the reference, with its checkpoints of steps 4, 8 and 12."""
   path = tmp_path_factory.mktemp("straight")
-  finish(launch([*TINY, "--config.num_train_steps=16"], path, compilation_cache, 1))
+  finish(launch([*TINY, "--config.num_train_steps=12"], path, compilation_cache, 1))
   return path
 
 
@@ -85,21 +85,20 @@ def test_two_processes_train_as_one_stop_together_and_checkpoints_cross_both_way
   # or both finish if the job was quicker; then 1 process resumes the 2-process checkpoint and ends on the
   # straight run's state: the 2 processes trained as the 1 did, and their checkpoint restores in 1.
   path = tmp_path / "two_then_one"
-  procs = launch([*TINY, "--config.num_train_steps=16"], path, compilation_cache, 2)
-  while not (path / "metrics.jsonl").exists() or not writers.read_jsonl(path / "metrics.jsonl"):
+  procs = launch([*TINY, "--config.num_train_steps=12"], path, compilation_cache, 2)
+  while not (path / "metrics.jsonl").exists() or not read_jsonl(path / "metrics.jsonl"):
     assert all(p.poll() is None for p in procs), "the job ended before its first record"
     time.sleep(0.05)
   procs[1].send_signal(signal.SIGTERM)  # one host only, as a preemption notice would
   errors = finish(procs, codes=(0, 3))
   assert [p.returncode for p in procs] in ([3, 3], [0, 0]), errors[0][-2000:]  # both stop, or neither
   assert all("JAX process %d of 2, 2 local / 4 global devices" % i in e for i, e in enumerate(errors))
-  finish(launch([*TINY, "--config.num_train_steps=16"], path, compilation_cache, 1))
+  finish(launch([*TINY, "--config.num_train_steps=12"], path, compilation_cache, 1))
   stopped = [int(n) for e in errors for n in re.findall(r"Stopped by signal after step (\d+)", e)]
-  assert_same_run(straight, path, 16, stopped)
-  # 1 process to step 8 (the straight run with its later checkpoints removed), then 2 processes on to 16.
+  assert_same_run(straight, path, 12, stopped)
+  # 1 process to step 8 (the straight run with its last checkpoint removed), then 2 processes on to 12.
   path = tmp_path / "one_then_two"
   shutil.copytree(straight, path)
-  for step in (12, 16):
-    shutil.rmtree(path / "checkpoints" / str(step))
-  finish(launch([*TINY, "--config.num_train_steps=16"], path, compilation_cache, 2))
-  assert_same_run(straight, path, 16)
+  shutil.rmtree(path / "checkpoints" / "12")
+  finish(launch([*TINY, "--config.num_train_steps=12"], path, compilation_cache, 2))
+  assert_same_run(straight, path, 12)

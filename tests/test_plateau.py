@@ -12,7 +12,7 @@ from rpr import plateau
 from rpr import predict as predict_lib
 from rpr import run_config
 from rpr import train
-from rpr import writers
+from rpr.records import read_jsonl
 from tests.test_train import _SigtermAt, compilation_cache, load_state, tiny_config  # noqa: F401 (fixture)
 
 
@@ -63,7 +63,7 @@ def test_the_plateau_stops_the_run_saves_it_and_scores_the_final_splits_once(tmp
   out = train.train_and_evaluate(config, str(tmp_path))
   assert methods == [None, "beam"]  # eval_splits by decode_method (greedy), the final splits by beam
   assert out["step"] == 8 and out["plateau/reached"] == 1.0 and "long/exact_match" in out
-  records = writers.read_jsonl(tmp_path / "metrics.jsonl")
+  records = read_jsonl(tmp_path / "metrics.jsonl")
   assert max(r["step"] for r in records) == 8
   assert [r["step"] for r in records if "plateau/gain" in r] == [4, 6, 8]  # v(S / 2) exists from S = 4 on
   assert [r["step"] for r in records if "long/loss" in r] == [8]
@@ -93,10 +93,10 @@ def test_a_restart_evaluates_the_step_its_predecessor_saved_but_did_not_evaluate
   with monkeypatch.context() as m:
     m.setitem(data.REGISTRY, "copy", data.Entry(lambda c: _SigtermAt(c, step=3)))
     assert train.train_and_evaluate(tiny_config(**config), str(resumed))["stopped_by_signal"] == 1.0
-  assert not [r for r in writers.read_jsonl(resumed / "metrics.jsonl") if "valid/loss" in r]
+  assert not [r for r in read_jsonl(resumed / "metrics.jsonl") if "valid/loss" in r]
   train.train_and_evaluate(tiny_config(**config), str(resumed))
   timeless = lambda path: [{k: v for k, v in r.items() if k != "train/steps_per_sec"}
-                           for r in writers.read_jsonl(path / "metrics.jsonl")]
+                           for r in read_jsonl(path / "metrics.jsonl")]
   assert timeless(resumed) == timeless(straight)  # the same records, each step once
   a, b = load_state(straight, 8), load_state(resumed, 8)
   for k in a:

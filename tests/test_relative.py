@@ -1,4 +1,4 @@
-"""rpr.relative: the two linear maps between [.., q, 2k+1] and [.., q, k_len], checked against loops."""
+"""rpr.attention.relative: the two linear maps between [.., q, 2k+1] and [.., q, k_len], checked against loops."""
 
 import functools
 

@@ -1,4 +1,4 @@
-"""rpr.relative's fused formulations (flat gathers, one-pass masked sums) against float64 loops.
+"""rpr.attention.relative's fused formulations (flat gathers, one-pass masked sums) against float64 loops.
 
 The fast maps must be exactly the old ones: same values, same gradients, for
 every clipping distance, offset sign and shape, including the int32-overflow

@@ -19,7 +19,7 @@ from flax import traverse_util
 from rpr import data
 from rpr import run_config
 from rpr import train
-from rpr import writers
+from rpr.records import read_jsonl
 from rpr.data import synthetic
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def _env(cache_dir, devices=None):
   env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=cache_dir,
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
   if devices:
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
   return env
 
 
@@ -75,7 +75,7 @@ def load_state(workdir, step) -> dict:
 
 def timeless_records(path) -> list[dict]:
   """The records of a metrics.jsonl without the step rate, the one value two equal runs may differ in."""
-  return [{k: v for k, v in r.items() if k != "train/steps_per_sec"} for r in writers.read_jsonl(path)]
+  return [{k: v for k, v in r.items() if k != "train/steps_per_sec"} for r in read_jsonl(path)]
 
 
 # Short runs without evaluation, so that each test compiles only the train step.
@@ -88,7 +88,7 @@ def test_tiny_run_writes_the_workdir_and_learns(tmp_path):
   results = train.train_and_evaluate(tiny_config(eval_splits=("valid",)), str(workdir))
   saved = json.loads((workdir / "config.json").read_text())
   assert saved["config"]["dataset"] == "copy" and saved["model_config"]["d_model"] == 32
-  records = writers.read_jsonl(workdir / "metrics.jsonl")
+  records = read_jsonl(workdir / "metrics.jsonl")
   losses = [r["train/loss"] for r in records if "train/loss" in r]
   assert len(losses) == 4 and losses[-1] < losses[0] - 0.4, losses
   evals = [r for r in records if "valid/exact_match" in r]
@@ -134,7 +134,7 @@ def test_sigterm_saves_and_the_resumed_run_equals_a_straight_run(tmp_path, monke
   assert a.keys() == b.keys()
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)  # bitwise: same batches, same dropout keys
-  steps = [r["step"] for r in writers.read_jsonl(resumed / "metrics.jsonl")]
+  steps = [r["step"] for r in read_jsonl(resumed / "metrics.jsonl")]
   assert steps == [2, 4, 6, 8]  # the metrics file continues where the stopped run left it
 
 
@@ -361,7 +361,7 @@ def test_bfloat16_trains_within_two_percent_of_float32(tmp_path):
     workdir = tmp_path / dtype
     train.train_and_evaluate(tiny_config(num_train_steps=24, eval_splits=(), log_every_steps=4,
                                          checkpoint_every_steps=24, model={"dtype": dtype}), str(workdir))
-    curves[dtype] = np.array([r["train/loss"] for r in writers.read_jsonl(workdir / "metrics.jsonl")
+    curves[dtype] = np.array([r["train/loss"] for r in read_jsonl(workdir / "metrics.jsonl")
                               if "train/loss" in r])
     assert {v.dtype for k, v in load_state(workdir, 24).items() if "params" in k} == {np.dtype("float32")}
   np.testing.assert_allclose(curves["bfloat16"], curves["float32"], rtol=0.02)

@@ -7,12 +7,14 @@ import re
 import subprocess
 import sys
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from configs import base
 from rpr import data
 from rpr import run_config
-from rpr import train
+from rpr import optim, train
 from test_properties import config_with
 from test_train import ROOT, tiny_config
 
@@ -44,8 +46,22 @@ def test_bad_value_raises_config_error_naming_it_before_any_file_is_written(tmp_
 
 
 def test_checks_that_do_not_apply_pass():
-  run_config.validate(tiny_config(eval_splits=("valid",), long_max_length=6), num_devices=1)  # no long split
-  run_config.validate(tiny_config(grad_clip_norm=math.inf), num_devices=1)  # inf: no clipping
+  # long_max_length bounds the long split only: refused with it, accepted without it.
+  with pytest.raises(run_config.ConfigError, match="long_max_length = 6"):
+    run_config.validate(tiny_config(long_max_length=6), num_devices=1)
+  run_config.validate(tiny_config(eval_splits=("valid",), long_max_length=6), num_devices=1)
+  # grad_clip_norm = inf is accepted and means no clipping: a huge gradient moves Adam exactly as unclipped.
+  config = tiny_config(grad_clip_norm=math.inf, schedule="constant", warmup_steps=1)
+  run_config.validate(config, num_devices=1)
+  # Adam's first step is sign(g) lr where |g| >> eps: clipping to 1 brings the small entry near eps.
+  params, grads = {"w": jnp.zeros(2)}, {"w": jnp.array([1e6, 1e-3])}
+  moved = {}
+  for clip in (math.inf, None, 1.0):
+    config.grad_clip_norm = clip
+    opt, _ = optim.make_optimizer(config, d_model=8)
+    moved[clip] = opt.update(grads, opt.init(params), params)[0]["w"]
+  np.testing.assert_array_equal(moved[math.inf], moved[None])
+  assert not np.allclose(moved[1.0], moved[None])  # the comparison can fail: a finite clip changes the step
 
 
 @pytest.mark.parametrize("args, message", [

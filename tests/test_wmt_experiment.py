@@ -20,7 +20,7 @@ from rpr import decode
 from rpr import metrics
 from rpr import run_config
 from rpr import train
-from rpr import writers
+from rpr.records import read_jsonl
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -120,7 +120,7 @@ def test_tiny_variant_trains_decodes_with_beam_search_and_scores_bleu_on_raw_ref
   for B, L in task.batches.shapes:
     assert B * L <= config.tokens_per_device and L <= config.max_length
   # A few training steps, logged and checkpointed.
-  records = writers.read_jsonl(workdir / "metrics.jsonl")
+  records = read_jsonl(workdir / "metrics.jsonl")
   assert [r["step"] for r in records if "train/loss" in r] == [2, 4]
   assert (workdir / "checkpoints" / "4").is_dir()
   assert json.loads((workdir / "config.json").read_text())["config"]["dataset"] == "wmt14"

@@ -19,7 +19,7 @@ from rpr import checkpoint
 from rpr import run_config
 from rpr import train
 from rpr import workdir
-from rpr import writers
+from rpr.records import read_jsonl
 from tests.test_train import ROOT, _env, load_state, timeless_records, tiny_config
 from tests.test_train import compilation_cache  # noqa: F401 (a fixture)
 
@@ -163,12 +163,12 @@ def test_a_save_that_fails_stops_the_run_naming_the_last_saved_step(tmp_path, mo
       train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
   saved = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Saved the checkpoint")]
   assert saved == ["Saved the checkpoint of step 2.", "Saved the checkpoint of step 4."]
-  records = writers.read_jsonl(tmp_path / "metrics.jsonl")
+  records = read_jsonl(tmp_path / "metrics.jsonl")
   assert max(r["step"] for r in records) <= 8
   # The next start resumes from step 4 (6 has no checksums) and drops the records past it.
   monkeypatch.setattr(checkpoint, "write_checksums", real)
   out = train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
-  steps = [r["step"] for r in writers.read_jsonl(tmp_path / "metrics.jsonl")]
+  steps = [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")]
   assert out["step"] == 8 and steps == [2, 4, 6, 8]
 
 
@@ -290,7 +290,8 @@ def test_killed_at_any_moment_the_rerun_equals_a_straight_run(straight, tmp_path
 def test_a_signal_after_the_final_metrics_leaves_a_finished_run_finished(tmp_path, compilation_cache):
   """SIGTERM while the finished process shuts down: exit status 0 (Python's shutdown would otherwise put the
   default handler back, and the status would be 143 after everything was saved), and the last step saved."""
-  proc = subprocess.Popen([sys.executable, "run.py", *KILL, f"--workdir={tmp_path}"], cwd=ROOT,
+  short = [*KILL, "--config.num_train_steps=4", "--config.eval_every_steps=4"]  # any finished run will do
+  proc = subprocess.Popen([sys.executable, "run.py", *short, f"--workdir={tmp_path}"], cwd=ROOT,
                           env=_env(compilation_cache), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   lines = []
   for line in proc.stderr:  # read until the last line the run logs, then signal until the process is gone
@@ -302,5 +303,5 @@ def test_a_signal_after_the_final_metrics_leaves_a_finished_run_finished(tmp_pat
     time.sleep(0.005)
   lines.extend(proc.stderr)
   assert proc.returncode == 0, (proc.returncode, "".join(lines)[-3000:])
-  assert (tmp_path / "checkpoints" / "24" / "SHA256SUMS").is_file()
-  assert writers.read_jsonl(tmp_path / "metrics.jsonl")[-1]["step"] == 24
+  assert (tmp_path / "checkpoints" / "4" / "SHA256SUMS").is_file()
+  assert read_jsonl(tmp_path / "metrics.jsonl")[-1]["step"] == 4

@@ -21,9 +21,9 @@ query block visits and how Shaw's terms look on them;
 Position schemes per block ``(I, J)`` (query rows from ``q0``, keys from ``k0``):
 
 * Shaw (``relative``): ``e_ij += q_i . w^K_{clip(j - i - offset)}`` is
-  :func:`rpr.relative.expand` of ``q_I W^K^T`` with the block offset
+  :func:`rpr.attention.relative.expand` of ``q_I W^K^T`` with the block offset
   ``offset + q0 - k0``; ``z_i += sum_j alpha_ij w^V_{clip(...)}`` accumulates
-  :func:`rpr.relative.reduce` of the block weights and multiplies by ``W^V``
+  :func:`rpr.attention.relative.reduce` of the block weights and multiplies by ``W^V``
   at the end. Only the two or three key blocks that the band
   ``|j - i - offset| < k`` crosses need these maps: every other block holds a
   single bucket (``0`` or ``2k``), where the a^K term is a per-row constant
@@ -84,7 +84,7 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
     relative: Shaw terms with clipped distances (``ids`` are not supported
       here); its ``offset`` is the position of query 0.
     bias_fn: ``(q_positions [q], k_positions [k]) -> [heads | 1, q, k]``
-      additive logits bias (T5, ALiBi: :attr:`rpr.positions.Terms.bias_fn`),
+      additive logits bias (T5, ALiBi: :attr:`rpr.attention.positions.Terms.bias_fn`),
       evaluated per block at query positions ``q_offset + i``.
     mask: a :class:`~rpr.attention.masks.Mask` (its ``key_valid``,
       ``causal`` and ``window`` cost nothing per query-key pair, and key

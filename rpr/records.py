@@ -1,0 +1,63 @@
+"""The records of a run's ``metrics.jsonl``: reading them, and rewinding or de-duplicating after a restart.
+
+One JSON object per line, ``{"step": s, "<metric>": value, ...}``, written by
+:class:`rpr.writers.JsonlWriter`. Plain Python: reading records loads no
+metric writer (nor TensorFlow, which the TensorBoard writer brings).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def read_jsonl(path: str) -> list[dict]:
+  """The records of a ``metrics.jsonl`` file (for tests and reports)."""
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def rewind_jsonl(path: str, step: int) -> tuple[list[dict], int]:
+  """Drops the records of ``path`` past ``step`` (a resumed run's restored step): ``(kept records, dropped)``.
+
+  A run killed after its last checkpoint logged steps it will train again;
+  without this they would appear twice. The file is replaced atomically.
+  """
+  if not os.path.exists(path):
+    return [], 0
+  with open(path, encoding="utf-8") as f:
+    lines = [line for line in f if line.strip()]
+  records = []
+  for i, line in enumerate(lines):
+    try:
+      records.append(json.loads(line))
+    except ValueError:
+      if i < len(lines) - 1:
+        raise ValueError(f"{path}, line {i + 1}: not a JSON record") from None
+      # the last line, cut short by a kill mid-write: dropped below
+  kept = [r for r in records if r["step"] <= step]
+  if len(kept) < len(lines):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in kept)
+    os.replace(tmp, path)
+  return kept, len(lines) - len(kept)
+
+
+def dedupe(records: list[dict]) -> list[dict]:
+  """The records a run that resumed after a kill means: each step's metrics once, the later run's.
+
+  Files written before restarts rewound them (:func:`rewind_jsonl`) may hold
+  a resumed run's records after those of the run it replaced. A record whose
+  step is below the previous one's, or that repeats a metric of its step,
+  starts a restart: the records at and past its step are dropped first.
+  """
+  kept: list[dict] = []
+  for r in records:
+    step = r["step"]
+    restart = kept and (step < kept[-1]["step"] or any(
+        k["step"] == step and (set(k) & set(r)) - {"step"} for k in kept))
+    if restart:
+      kept = [k for k in kept if k["step"] < step]
+    kept.append(r)
+  return kept

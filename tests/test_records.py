@@ -1,0 +1,30 @@
+"""rpr.records: reading metrics.jsonl, a restart's rewind, and reading a file with restarts in it."""
+
+import json
+
+import pytest
+
+from rpr import records
+
+
+def test_rewind_drops_the_records_past_the_restored_step_and_a_torn_last_line(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in (2, 4, 6)) + '{"step": 8, "x"')
+  kept, dropped = records.rewind_jsonl(str(path), 4)
+  assert [r["step"] for r in kept] == [2, 4] and dropped == 2
+  assert records.read_jsonl(path) == kept
+  assert records.rewind_jsonl(str(tmp_path / "none.jsonl"), 4) == ([], 0)
+  path.write_text('{"step": 2}\nnot json\n{"step": 4}\n')
+  with pytest.raises(ValueError, match="line 2"):
+    records.rewind_jsonl(str(path), 4)
+
+
+def test_dedupe_keeps_the_later_run_of_a_restart():
+  first = [{"step": 2, "loss": 3.0}, {"step": 4, "loss": 2.5}, {"step": 4, "valid/loss": 2.6},
+           {"step": 6, "loss": 2.0}]
+  resumed = [{"step": 6, "loss": 2.1}, {"step": 8, "loss": 1.9}]  # restored at 4: step 6 again
+  assert records.dedupe(first + resumed) == first[:3] + resumed
+  restored_at_2 = [{"step": 4, "loss": 2.4}]  # a step below the last one seen: a restart
+  assert records.dedupe(first + restored_at_2) == first[:1] + restored_at_2
+  assert records.dedupe(first) == first  # train and eval records of one step are not a restart
+
