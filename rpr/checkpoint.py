@@ -159,6 +159,24 @@ def _free(target: str) -> str:
   return path
 
 
+def agreed(local: list[bool], steps: list[int]) -> list[bool]:
+  """Per step, whether every process found it verified (``local``: this process's view, in ``steps``' order).
+
+  One process: ``local`` itself. Several: the flags of all processes, gathered;
+  they must list the same steps (one shared checkpoint directory).
+  """
+  if jax.process_count() == 1:
+    return list(local)
+  import numpy as np
+  from jax.experimental import multihost_utils
+
+  seen = multihost_utils.process_allgather(np.array([len(steps), *steps[:1]], np.int64))
+  if not (seen == seen[0]).all():
+    raise CheckpointError(f"the processes see different checkpoints (count, newest step per process: "
+                          f"{seen.tolist()}); they must share one checkpoint directory")
+  return [bool(v) for v in multihost_utils.process_allgather(np.array(local, np.int32)).all(axis=0)]
+
+
 def _all_finite(tree) -> bool:
   import numpy as np
 
@@ -199,16 +217,26 @@ class Checkpoints:
     return self.manager.latest_step()
 
   def restore(self, abstract_state: Any, step: Optional[int] = None) -> Any:
-    """The state saved at ``step`` (default: the newest that restores), shaped and sharded like ``abstract_state``."""
+    """The state saved at ``step`` (default: the newest that restores), shaped and sharded like ``abstract_state``.
+
+    With several processes, a step is restored only if every process verified
+    it (:func:`agreed`): all of them fall back to the same step when one sees
+    a damaged file that the others do not.
+    """
     if step is not None:
       return self._restore(step, abstract_state)
     steps = sorted(self.manager.all_steps(), reverse=True)
     if not steps:
       raise FileNotFoundError(f"no checkpoint in {self.directory}")
+    checks = [self._check(s) for s in steps]
     unverified, bad = [], {}
-    for step in steps:
+    for step, error, ok in zip(steps, checks, agreed([e is None for e in checks], steps)):
       try:
-        state = self._restore(step, abstract_state)
+        if error is not None:
+          raise error
+        if not ok:
+          raise ValueError("another process found it damaged")
+        state = self._load(step, abstract_state)
       except Exception as e:  # damage shows as orbax, tensorstore, OS or checksum errors
         message = (str(e).strip().splitlines() or [""])[0]
         if isinstance(e, Unverified):
@@ -227,18 +255,30 @@ class Checkpoints:
     raise CheckpointError(f"no checkpoint in {self.directory} restores (steps {', '.join(map(str, steps))}; see the "
                           f"warnings above){hint}; all are left as they were: move the directory away to start over")
 
-  def _restore(self, step: int, abstract_state: Any) -> Any:
+  def _check(self, step: int) -> Optional[Exception]:
+    """None if the files of ``step`` verify (or it is unverified and that is allowed), else the error."""
     try:
       verify(self.path(step))
     except Unverified as e:
       if not self.allow_unverified:
-        raise
+        return e
       logging.warning("Checkpoint of step %d in %s is unverified (%s): restoring it, as --restore_unverified "
                       "asks.", step, self.path(step), e)
+    except (OSError, ValueError) as e:
+      return e
+    return None
+
+  def _load(self, step: int, abstract_state: Any) -> Any:
     state = self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
     if not _all_finite(state):
       raise ValueError("it holds non-finite values (NaN or inf)")
     return state
+
+  def _restore(self, step: int, abstract_state: Any) -> Any:
+    error = self._check(step)
+    if error is not None:
+      raise error
+    return self._load(step, abstract_state)
 
   def average_params(self, abstract_state: Any, steps) -> Any:
     """The arithmetic mean of the ``params`` of the checkpoints of ``steps`` (each verified), in float32 sums."""

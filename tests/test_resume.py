@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 import pytest
 
@@ -137,6 +138,39 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one_and_is_kept(
     assert any("resuming from step 4" in w and "step 6" in w for w in warnings), warnings
     assert (workdir / "checkpoints" / "corrupt" / "6" / "default").is_dir()
   assert sorted(p.name for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == ["6", "8"]  # keep 2
+
+
+def test_a_step_another_process_found_damaged_is_passed_over_here_too(runs, tmp_path, caplog, monkeypatch):
+  # Step 6 verifies here; the other process of a 2-process job (simulated: its flags in the gather) did not
+  # verify it. Every process must then resume from step 4, and the run ends on the straight run's state.
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  gathered = []
+
+  def allgather(x):  # this process's array and the other's: the same step list, but step 6 not verified
+    x = np.asarray(x)
+    other = x.copy()
+    if len(gathered) == 1:
+      other[0] = 0
+    gathered.append(x.tolist())
+    return np.stack([x, other])
+
+  monkeypatch.setattr(multihost_utils, "process_allgather", allgather)
+  assert checkpoint.agreed([True, True], [6, 4]) == [False, True]
+  assert gathered == [[2, 6], [1, 1]]  # the step lists are compared first
+  with pytest.raises(checkpoint.CheckpointError, match="the processes see different checkpoints"):
+    monkeypatch.setattr(multihost_utils, "process_allgather", lambda x: np.stack([x, np.asarray(x) + 1]))
+    checkpoint.agreed([True], [6])
+
+  monkeypatch.undo()  # the resume itself runs as one process, with the other's view of step 6
+  monkeypatch.setattr(checkpoint, "agreed", lambda local, steps: [s != 6 and ok for s, ok in zip(steps, local)])
+  workdir = copy_of_six(runs, tmp_path)
+  with caplog.at_level(logging.WARNING):
+    out = train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
+  assert out["step"] == 8
+  assert_same_state(runs / "straight", workdir)
+  warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+  assert any("step 6" in w and "another process found it damaged" in w and "resuming from step 4" in w
+             for w in warnings), warnings
 
 
 def test_a_damaged_checkpoint_is_one_warning_line(runs, tmp_path, caplog):
