@@ -42,8 +42,11 @@ _SCHEMES = [
     ("rope", "rope", {}),
     ("alibi", "alibi", {}),
 ]
+# JAX's own attention, jax.nn.dot_product_attention, with each of its implementations: the plain-attention
+# baseline of the platform (cuDNN's fused kernel runs on CUDA GPUs only; elsewhere it is reported as skipped).
+JAX_NN = [("jax_nn", "none", {}, "jax_xla"), ("jax_nn", "none", {}, "jax_cudnn")]
 CONFIGS = ([(*c, "dense") for c in _SCHEMES] + [("shaw_reference", "shaw", {}, "reference")]
-           + [(*c, "chunked") for c in _SCHEMES])
+           + [(*c, "chunked") for c in _SCHEMES] + JAX_NN)
 LONG_CONFIGS = [c for c in CONFIGS if c[3] == "chunked" and c[0] in ("plain", "shaw", "t5")] + [
     c for c in CONFIGS if c[3] == "dense" and c[0] in ("plain", "shaw")]
 RSS_CONFIGS = [c for c in CONFIGS if c[0] in ("plain", "shaw") and c[3] in ("dense", "chunked")]
@@ -56,6 +59,7 @@ DESCRIPTIONS = {
     "rope": "rotary query/key",
     "alibi": "ALiBi linear bias",
     "shaw_reference": "Shaw, tables gathered into [b, h, q, k, d] (tensor2tensor-style)",
+    "jax_nn": "jax.nn.dot_product_attention, no position terms (implementation: xla or cudnn)",
 }
 
 
@@ -112,6 +116,8 @@ def make_step(config, length: int, batch: int, s: Settings, seed: int = 0):
       if implementation == "dense":
         return attn.dot_product_attention(terms.query, terms.key, v, bias=terms.bias(length, length),
                                           relative=terms.relative)
+      if implementation in ("jax_xla", "jax_cudnn"):
+        return jax.nn.dot_product_attention(terms.query, terms.key, v, implementation=implementation[4:])
       if implementation == "chunked":
         return attn.chunked_attention(terms.query, terms.key, v, relative=terms.relative, bias_fn=terms.bias_fn,
                                       block_q=s.block_q, block_k=s.block_k)
@@ -133,6 +139,10 @@ def _compile_all(configs, length: int, s: Settings, batch: int) -> tuple[dict, d
   for config in configs:
     entry = {"name": config[0], "implementation": config[3], "length": length, "batch": batch}
     results[label(config)] = entry
+    if config[3] == "jax_cudnn" and jax.default_backend() != "gpu":
+      entry["status"] = f"skipped (cuDNN needs a CUDA GPU; this is {jax.default_backend()})"
+      print(f"  L={length} {label(config):24s} {entry['status']}", flush=True)
+      continue
     try:
       step, step_args = make_step(config, length, batch, s)
       t0 = time.perf_counter()
