@@ -33,7 +33,7 @@ def perturbed_params(config, seed=0):
 
 def cached_logits(config, params, text):
   """One token at a time from an init-sized cache, as tests/test_model.py runs the encoder-decoder."""
-  import test_model  # tests/ is on the path
+  from tests import test_model
 
   return test_model.cached_logits(config, params, NO_INPUTS, text)
 
@@ -103,7 +103,7 @@ def test_lm_config_trains_and_scores_perplexity_at_every_length(tmp_path):
   from configs import lm
   from rpr import run_config, train
   from rpr.data import sotu
-  import test_sotu_data  # its tarball maker (tests/ is on the path)
+  from tests.data import test_sotu as test_sotu_data
 
   for variant in ("", "pe=sinusoidal", "pe=shaw,k=0", "ctx=64,seed=2", "tiny,pe=alibi"):
     config = lm.get_config(variant)

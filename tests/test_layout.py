@@ -133,3 +133,68 @@ def test_the_size_check_reads_nested_functions_and_decorators(tmp_path):
   bad.write_text("def outer():\n  @staticmethod\n  def inner():\n" + "    x = 1\n" * 90 + "  return inner\n")
   lines, functions = _sizes(bad)
   assert lines == 94 and {n.name: length for n, length in functions} == {"outer": 94, "inner": 92}  # the decorator counts
+
+
+# ----------------------------------------------------------------------------
+# The tests mirror the package: rpr/<name>.py is tested by tests/test_<name>.py, rpr/attention/<name>.py by
+# tests/attention/test_<name>.py, and likewise rpr/data/ and experiments/ (experiments/bench/ included, in
+# tests/experiments/). A module tested under another name has its line here.
+
+ROOT = RPR.parent
+COVERED_BY = {
+    "rpr/attention/chunked_kernel.py": "tests/attention/test_chunked.py",
+    "rpr/attention/chunked_plan.py": "tests/attention/test_chunked.py",
+    "rpr/attention/reference.py": "tests/test_properties.py",
+    "rpr/blocks.py": "tests/test_model.py",
+    "rpr/data/bounds.py": "tests/experiments/test_columns.py",
+    "rpr/data/corpus.py": "tests/data/test_bible.py",
+    "rpr/data/lm.py": "tests/data/test_sotu.py",
+    "rpr/data/sentencepiece_vocab.py": "tests/data/test_wmt.py",
+    "rpr/data/task.py": "tests/data/test_arithmetic.py",
+    "rpr/data/text.py": "tests/data/test_bible.py",
+    "rpr/sharding.py": "tests/test_multiprocess.py",
+    "rpr/steps.py": "tests/test_train.py",
+    "rpr/stop.py": "tests/test_train.py",
+    "rpr/tokens.py": "tests/test_predict.py",
+    "experiments/arithmetic.py": "tests/experiments/test_arithmetic_experiment.py",
+    "experiments/attention_maps.py": "tests/experiments/test_arithmetic_experiment.py",
+    "experiments/bench/attention.py": "tests/experiments/test_bench_attention.py",
+    "experiments/bench/attention_readme.py": "tests/experiments/test_bench_attention.py",
+    "experiments/bench/hlo.py": "tests/experiments/test_bench_memory.py",
+    "experiments/bench/memory.py": "tests/experiments/test_bench_memory.py",
+    "experiments/bench/memory_readme.py": "tests/experiments/test_bench_memory.py",
+    "experiments/hparams_view.py": "tests/test_hparams.py",
+    "experiments/learning_curves.py": "tests/experiments/test_report.py",
+    "experiments/machine.py": "tests/experiments/test_bench_attention.py",
+    "experiments/paper.py": "tests/experiments/test_report.py",
+    "experiments/render.py": "tests/experiments/test_report.py",
+    "experiments/runs.py": "tests/experiments/test_report.py",
+    "experiments/settings.py": "tests/experiments/test_bench_attention.py",
+    "experiments/spec.py": "tests/experiments/test_results.py",
+    "experiments/sweeps.py": "tests/experiments/test_sweep.py",
+    "experiments/tabulate.py": "tests/experiments/test_report.py",
+}
+
+
+def mirrored(module: pathlib.Path) -> pathlib.Path:
+  rel = module.relative_to(ROOT)
+  folders = rel.parts[1:-1] if rel.parts[0] == "rpr" else ("experiments",)
+  return pathlib.Path("tests", *folders, f"test_{module.stem}.py")
+
+
+MODULES = sorted(p for p in [*RPR.rglob("*.py"), *(ROOT / "experiments").rglob("*.py")]
+                 if p.name != "__init__.py" and not {"results", "data_survey"} & set(p.parts))
+
+
+def test_every_module_has_its_test_file_or_a_line_saying_which_test_covers_it():
+  missing = []
+  for module in MODULES:
+    rel, own = str(module.relative_to(ROOT)), mirrored(module)
+    covering = own if (ROOT / own).is_file() else COVERED_BY.get(rel)
+    if covering is None:
+      missing.append(f"{rel}: no {own} and no COVERED_BY line")
+    elif not (ROOT / covering).is_file() or (rel in COVERED_BY and (ROOT / own).is_file()):
+      missing.append(f"{rel}: COVERED_BY names {covering}, which is missing or redundant")
+    elif module.stem not in (ROOT / covering).read_text():
+      missing.append(f"{rel}: {covering} never names {module.stem}")
+  assert not missing, missing

@@ -1,4 +1,5 @@
-"""Transformer: cached decoding equals the full pass, masks, parameter counts, config checks."""
+"""Transformer (rpr.model, built from rpr.blocks): cached decoding equals the full pass, masks, parameter counts,
+config checks."""
 
 import dataclasses
 
@@ -123,7 +124,7 @@ def test_post_layer_norm_trains_with_dropout():
   assert np.all(np.isfinite(a)) and not np.allclose(a, b) and not np.allclose(a, c)
 
 
-# Every scheme meets the chunked kernel in tests/test_chunked.py (layer level); here the switch through the
+# Every scheme meets the chunked kernel in tests/attention/test_chunked.py (layer level); here the switch through the
 # whole model, with a relative table (Shaw, also in cross-attention) and with a bias closure (ALiBi).
 @pytest.mark.parametrize("scheme", ["shaw", "alibi"])
 def test_chunked_attention_implementation_equals_dense(scheme):

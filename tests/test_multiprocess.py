@@ -1,4 +1,5 @@
-"""Two processes equal one: run.py --multihost with JAX's multi-process runtime, 2 processes on localhost.
+"""Two processes equal one: run.py --multihost with JAX's multi-process runtime, 2 processes on localhost
+(the batch placement of rpr.sharding, checkpoints and the stop signal across processes).
 
 Each process has 2 forced CPU devices and exchanges arrays through gloo (JAX's CPU collectives); the
 reference is 1 process with 4 devices, the same 4-way data-parallel step. Checkpoints cross between the

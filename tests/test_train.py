@@ -165,7 +165,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
 _DP_SCRIPT = """
 import sys, numpy as np, jax
 sys.path.insert(0, {tests!r})
-import test_train
+from tests import test_train
 np.savez({out!r}, devices=jax.device_count(), **test_train.run_steps(3))
 """
 

@@ -25,7 +25,7 @@ by step; eval sorted by length, with the raw references for BLEU).
 Construction. ``WmtTask(workdir, data_dir, ...)`` directly, or
 ``make_task(run_config, workdir, num_devices)`` which reads ``CONFIG_KEYS``
 from a flat run config. Tests run the whole path on
-``tfds.testing.mock_data`` (tests/test_wmt_data.py).
+``tfds.testing.mock_data`` (tests/data/test_wmt.py).
 """
 
 from __future__ import annotations

@@ -27,18 +27,18 @@ from rpr.attention import MultiHeadAttention
 _EVERY_SCHEME = (
     "test_positions.py::test_12_plus_1_rows",
     "test_positions.py::test_translation",
-    "test_layers.py::test_causal_attention_leaks_nothing",
-    "test_layers.py::test_padded_keys_are_ignored",
-    "test_layers.py::test_jit_grad_bfloat16",
-    "test_layers.py::test_decode_matches_full_causal_pass",
+    "test_layer.py::test_causal_attention_leaks_nothing",
+    "test_layer.py::test_padded_keys_are_ignored",
+    "test_layer.py::test_jit_grad_bfloat16",
+    "test_layer.py::test_decode_matches_full_causal_pass",
 )
 COVERAGE = {
     "none": _EVERY_SCHEME + ("test_positions.py::test_no_position_layer_is_permutation_equivariant",),
     "sinusoidal": _EVERY_SCHEME + ("test_positions.py::test_sinusoid_values",),
     "learned": _EVERY_SCHEME + ("test_positions.py::test_learned_rejects_sequences_longer_than_its_table",),
-    "shaw": _EVERY_SCHEME + ("test_attention.py::test_shaw_matches_loop_every_term_combination",
-                             "test_attention.py::test_shaw_offset_is_translation_invariant",
-                             "test_layers.py::test_shaw_layer_matches_reference"),
+    "shaw": _EVERY_SCHEME + ("test_dense.py::test_shaw_matches_loop_every_term_combination",
+                             "test_dense.py::test_shaw_offset_is_translation_invariant",
+                             "test_layer.py::test_shaw_layer_matches_reference"),
     "t5": _EVERY_SCHEME + ("test_positions.py::test_t5_buckets",),
     "rope": _EVERY_SCHEME + ("test_positions.py::test_rope_scores_depend_on_distance_only",),
     "alibi": _EVERY_SCHEME + ("test_positions.py::test_alibi_bias",),
@@ -49,7 +49,7 @@ COVERAGE = {
 
 # The parametrised tests below run over the registry itself, so a newly
 # registered scheme runs in them at once (test_parametrised_scheme_lists_are_the_registry);
-# test_layers.py keeps its own explicit SCHEMES and checks it against the registry too.
+# test_layer.py keeps its own explicit SCHEMES and checks it against the registry too.
 SCHEME_NAMES = sorted(positions.SCHEMES)
 RELATIVE = ("shaw", "t5", "rope", "alibi", "alibi_directional")
 ABSOLUTE = ("sinusoidal", "learned")

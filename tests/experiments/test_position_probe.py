@@ -11,7 +11,7 @@ from rpr import data
 from rpr import model as model_lib
 from rpr import run_config
 from rpr import train
-from test_train import FAST, tiny_config
+from tests.test_train import FAST, tiny_config
 
 
 def _config(position: str, **options):

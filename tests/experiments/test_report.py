@@ -16,7 +16,7 @@ from experiments import report
 from experiments import runs as runs_lib
 from experiments import tabulate
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

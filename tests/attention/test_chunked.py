@@ -1,4 +1,5 @@
-"""rpr.attention.chunked: the linear-memory path equals dot_product_attention, values and gradients, for every scheme.
+"""rpr.attention.chunked (with chunked_plan and chunked_kernel): the linear-memory path equals
+dot_product_attention, values and gradients, for every scheme.
 
 Blocks are chosen small and not dividing the lengths (block_q=3, block_k=4 on
 lengths 7..11), so every case crosses block boundaries, pads, and (with Shaw
@@ -478,7 +479,7 @@ def loop_carries(jaxpr) -> list:
 def test_rows_without_a_visible_key_are_zero_and_finite(rng, dtype):
   # Causal with a negative offset: the first five queries precede every key.
   # In low precision too they output exactly zero and pass no gradient
-  # (test_attention.py::test_rows_without_a_key_are_zero_with_zero_gradient
+  # (test_dense.py::test_rows_without_a_key_are_zero_with_zero_gradient
   # holds both paths to the float64 reference).
   q, kk, v = (x.astype(dtype) for x in qkv(rng))
   kt, vt = (t.astype(dtype) for t in tables(rng, 2))

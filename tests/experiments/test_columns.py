@@ -12,7 +12,7 @@ from experiments import columns
 from experiments import report
 from experiments import sweeps
 from experiments.spec import ReportSpec
-from test_report import TABLE2, table2_runs  # noqa: F401  (a fixture)
+from tests.experiments.test_report import TABLE2, table2_runs  # noqa: F401  (a fixture)
 
 
 def test_a_registered_column_appears_in_the_table_the_csv_and_runs_json(table2_runs, tmp_path, monkeypatch):

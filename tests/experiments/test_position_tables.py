@@ -10,7 +10,7 @@ import pytest
 from experiments import position_tables
 from experiments.runs import load_params
 from rpr import train
-from test_train import FAST, ROOT, tiny_config
+from tests.test_train import FAST, ROOT, tiny_config
 
 SHAW = dict(FAST, model=dict(FAST["model"], position="shaw"))
 
@@ -41,7 +41,7 @@ def test_the_rebuilt_initial_parameters_are_those_the_run_started_from(tmp_path)
 def test_the_rebuilt_initial_parameters_of_a_language_model_are_its_own(tmp_path):
   from configs import lm
   from rpr.data import sotu
-  import test_sotu_data  # its tarball maker (tests/ is on the path)
+  from tests.data import test_sotu as test_sotu_data
 
   corpus_dir = tmp_path / "corpus"
   corpus_dir.mkdir()

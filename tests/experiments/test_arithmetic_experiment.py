@@ -30,7 +30,7 @@ from rpr import run_config
 from rpr.data import arithmetic
 from rpr.data.task import CharVocab
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 VOCAB = CharVocab(arithmetic.VOCAB_CHARS)
 LENGTH = 8  # padded input length: pads are part of what the invariance must survive
 

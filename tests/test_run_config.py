@@ -15,8 +15,8 @@ from configs import base
 from rpr import data
 from rpr import run_config
 from rpr import optim, train
-from test_properties import config_with
-from test_train import ROOT, tiny_config
+from tests.test_properties import config_with
+from tests.test_train import ROOT, tiny_config
 
 # configs/tiny.py: copy, strings of 1-6 digits, the long split 7-8, model.max_length 64.
 BAD = [

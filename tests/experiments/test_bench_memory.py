@@ -1,4 +1,5 @@
-"""experiments/bench_memory.py: a tiny run measures, compares and records; targets come from the numbers."""
+"""experiments/bench_memory.py: a tiny run measures, compares and records (its README by
+experiments/bench/memory_readme.py); targets come from the numbers."""
 
 import json
 import pathlib
@@ -97,7 +98,7 @@ def test_largest_arrays_names_a_quadratic_tensor_and_its_source_line():
   compiled = jax.jit(quadratic).lower(jax.ShapeDtypeStruct((256, 8), jnp.float32)).compile()
   top = hlo.largest_arrays(compiled.as_text(), 2)
   assert top[0]["shape"] == "f32[256,256]" and top[0]["bytes"] == 256 * 256 * 4
-  assert top[0]["source"].startswith("tests/test_bench_memory.py:")
+  assert top[0]["source"].startswith("tests/experiments/test_bench_memory.py:")
 
 
 def test_peak_subtracts_donated_aliases():
