@@ -144,3 +144,31 @@ def clients(tmp_path, monkeypatch):
   monkeypatch.setenv("FAKE_PAYLOAD", str(tmp_path / "payload"))
   monkeypatch.setenv("FAKE_LOG", str(log))
   return log
+
+
+def assert_fetched_and_checked(prepare, artefact, small_artefact_dir: str, clients, tmp_path) -> None:
+  """``prepare(data_dir, corpus_dir)`` runs the registry's client for a missing artefact (the fake's file is
+  not the pinned one: refused in one line, nothing kept) and refuses a different file already there."""
+  from rpr import data
+
+  cache = tmp_path / "cache"
+  with pytest.raises(data.DataError) as e:
+    prepare(str(tmp_path / "tfds"), str(cache))
+  message = str(e.value)
+  assert "\n" not in message and "(nothing was kept)" in message and os.listdir(cache) == []
+  assert "the fetched file has SHA-256" in message and f"expected {artefact.sha256}" in message, message
+  assert clients.read_text().startswith(artefact.by_hand(str(cache)))
+  with pytest.raises(data.DataError, match=f"SHA-256 .* expected {artefact.sha256}"):  # checked by default
+    prepare(str(tmp_path / "tfds2"), small_artefact_dir)
+
+
+def real_builder(prepare, tmp_path):
+  """The builder of the real artefact, fetched into ~/rpr_data on first use as a run would (the test is
+  skipped if it cannot be fetched), its SHA-256 checked."""
+  from rpr import data
+
+  try:
+    return prepare(str(tmp_path))
+  except data.DataError as e:
+    pytest.skip(f"the real artefact could not be fetched: {e}")
+

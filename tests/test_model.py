@@ -10,7 +10,7 @@ import pytest
 
 from rpr import decode, model, predict
 from rpr.attention import positions
-from rpr.tokens import BOS, EOS, PAD
+from rpr.tokens import EOS, PAD
 
 # Small distances so that 6-token sequences reach the clipped and bucketed ranges.
 POS = {"shaw": {"max_distance": 2}, "t5": {"num_buckets": 4, "bucket_max_distance": 8}}

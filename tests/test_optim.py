@@ -5,7 +5,6 @@ import math
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 import pytest
 
 from rpr import optim

@@ -3,7 +3,6 @@ code names (``rpr.data.fetch.fetch``, ``experiments/report.py``, ``tests/test_tr
 
 import ast
 import functools
-import io
 import pathlib
 import re
 import tokenize

@@ -7,7 +7,6 @@ sacrebleu BLEU against the raw references.
 """
 
 import dataclasses
-import importlib.util
 import json
 import pathlib
 

