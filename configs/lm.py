@@ -30,6 +30,7 @@ context; the flag ``tiny`` = a smoke run of seconds.
 import ml_collections
 
 from configs import base
+from rpr import data
 
 LONG = 8  # the longest evaluation window, in training contexts
 
@@ -53,7 +54,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.seed = settings.get("seed", 0)  # seeds the window offsets, the parameter init and dropout
   c.batch_size = 8  # training windows per batch: 2,048 tokens
   c.eval_batch_size = 16  # windows per evaluation batch at 1x (fewer at 2x-8x: constant tokens)
-  c.eval_splits = ("validation", "test", "test_x2", "test_x4", "test_x8")
+  c.eval_splits = data.entry("sotu").splits  # validation, test, and test at 2x, 4x and 8x the context
 
   # Model: decoder only.
   c.model.num_encoder_layers = 0  # no encoder: rpr.model.LanguageModel

