@@ -25,24 +25,14 @@ Variants: comma-separated words after the file name.
   (``mock_examples = 64``: offline, never a download of WMT; about a
   minute); composes with the rest.
 
-Every cell, its command and the paper's BLEU (EN-DE)::
+Every cell (``CELLS`` below: its table, variant, evaluated split and the
+paper's BLEU, EN-DE, from ``TABLE1``-``TABLE3``) runs as::
 
-  table  variant                        split        paper  command
-  1      table1,model=base,pe=absolute  test         26.5   .venv/bin/python run.py --config=configs/wmt14_ende.py:table1,model=base,pe=absolute --workdir=workdirs/wmt14/table1_base_absolute
-  1      table1,model=base,pe=relative  test         26.8   .venv/bin/python run.py --config=configs/wmt14_ende.py:table1,model=base,pe=relative --workdir=workdirs/wmt14/table1_base_relative
-  1      table1,model=big,pe=absolute   test         27.9   .venv/bin/python run.py --config=configs/wmt14_ende.py:table1,model=big,pe=absolute --workdir=workdirs/wmt14/table1_big_absolute
-  1      table1,model=big,pe=relative   test         29.2   .venv/bin/python run.py --config=configs/wmt14_ende.py:table1,model=big,pe=relative --workdir=workdirs/wmt14/table1_big_relative
-  2      table2,k=0                     validation   12.5   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=0 --workdir=workdirs/wmt14/table2_k0
-  2      table2,k=1                     validation   25.5   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=1 --workdir=workdirs/wmt14/table2_k1
-  2      table2,k=2                     validation   25.8   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=2 --workdir=workdirs/wmt14/table2_k2
-  2      table2,k=4                     validation   25.9   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=4 --workdir=workdirs/wmt14/table2_k4
-  2      table2,k=16                    validation   25.8   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=16 --workdir=workdirs/wmt14/table2_k16
-  2      table2,k=64                    validation   25.9   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=64 --workdir=workdirs/wmt14/table2_k64
-  2      table2,k=256                   validation   25.8   .venv/bin/python run.py --config=configs/wmt14_ende.py:table2,k=256 --workdir=workdirs/wmt14/table2_k256
-  3      table3,av=on,ak=on             validation   25.8   .venv/bin/python run.py --config=configs/wmt14_ende.py:table3,av=on,ak=on --workdir=workdirs/wmt14/table3_av_on_ak_on
-  3      table3,av=off,ak=on            validation   25.8   .venv/bin/python run.py --config=configs/wmt14_ende.py:table3,av=off,ak=on --workdir=workdirs/wmt14/table3_av_off_ak_on
-  3      table3,av=on,ak=off            validation   25.3   .venv/bin/python run.py --config=configs/wmt14_ende.py:table3,av=on,ak=off --workdir=workdirs/wmt14/table3_av_on_ak_off
-  3      table3,av=off,ak=off           validation   12.5   .venv/bin/python run.py --config=configs/wmt14_ende.py:table3,av=off,ak=off --workdir=workdirs/wmt14/table3_av_off_ak_off
+  .venv/bin/python run.py --config=configs/wmt14_ende.py:<variant> --workdir=workdirs/wmt14/<name>
+
+with ``<name>`` the variant's words joined by ``_`` (``table2,k=4`` ->
+``table2_k4``; ``Cell.command``); ``python -m experiments.sweep wmt_table1
+--print`` prints a table's commands.
 
 The metric is ``<split>/bleu`` at the last step in ``<workdir>/metrics.jsonl``;
 ``python -m experiments.sweep wmt_table1`` (``wmt_table2``, ``wmt_table3``)

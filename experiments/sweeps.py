@@ -48,7 +48,8 @@ class Run:
   overrides: tuple[tuple[str, Any], ...] = ()  # (key, value): --config.<key>=<value>; "{root}" in strings is the root
   seed: int = 0
   # "<sweep>/<run name>": another sweep's run with the same config. This cell trains in (or is read from) that
-  # run's workdir, so it is trained once and counted once; tests/experiments/test_sweep.py checks that the configs agree.
+  # run's workdir, so it is trained once and counted once; tests/experiments/test_sweep.py checks that the configs
+# agree.
   same_as: str = ""
 
   def workdir(self, root: str, folder: str) -> str:

@@ -171,8 +171,8 @@ def cross_schemes() -> list[str]:
 
 PRESETS = {
     # Seconds on a CPU: for tests.
-    "tiny": dict(vocab_size=16, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=2, num_decoder_layers=2, dropout_rate=0.1,
-                 position_options={"max_distance": 8}, max_length=64),
+    "tiny": dict(vocab_size=16, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=2, num_decoder_layers=2,
+                 dropout_rate=0.1, position_options={"max_distance": 8}, max_length=64),
     # Shaw et al. base: 6+6 layers, d_model 512, 8 heads of 64, dropout 0.1,
     # k = 16, tables per layer and head. The paper's text says d_ff 1024; we
     # keep 2048 of the Transformer base (Vaswani et al.; tensor2tensor's

@@ -184,7 +184,8 @@ def _validate(config, num_devices: int) -> None:
       _fail(key, tuple(splits), f"names from {list(entry.splits)} (data set {config.dataset!r})")
   splits = evaluated_splits(config)
   if len(set(splits)) < len(splits):
-    _fail("final_eval_splits", tuple(config.final_eval_splits), f"splits not in eval_splits {tuple(config.eval_splits)}")
+    _fail("final_eval_splits", tuple(config.final_eval_splits),
+          f"splits not in eval_splits {tuple(config.eval_splits)}")
   synthetic_data = config.dataset in synthetic.KINDS
   if synthetic_data:
     _int(config, "min_length", 1)

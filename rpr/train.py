@@ -146,7 +146,8 @@ def _prepare(config, workdir: str, allow_config_change=(), restore_unverified: b
   predict_fn = predict_lib.make_predict_fn(config, model_config, batch_sharding, replicated)
   final_method = config.get("final_decode_method") or config.decode_method
   final_predict_fn = (predict_fn if final_method == config.decode_method else
-                      predict_lib.make_predict_fn(config, model_config, batch_sharding, replicated, method=final_method))
+                      predict_lib.make_predict_fn(config, model_config, batch_sharding, replicated,
+                                                  method=final_method))
   kept = []
   if jax.process_index() == 0:
     kept, dropped = records.rewind_jsonl(os.path.join(workdir, "metrics.jsonl"), int(state.step))

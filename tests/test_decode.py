@@ -147,7 +147,8 @@ def test_length_penalty_changes_the_winner():
   t = jnp.asarray(np.log(p), jnp.float32)
   fn = lambda ids, cache: (t[ids[:, 0]], cache)
   crossover = math.log(math.log(.45) / math.log(.5)) / math.log(7 / 6)
-  for alpha, want in ((0.0, [EOS, PAD, PAD]), (0.6, [EOS, PAD, PAD]), (crossover + 0.1, [A, EOS, PAD]), (2.0, [A, EOS, PAD])):
+  for alpha, want in ((0.0, [EOS, PAD, PAD]), (0.6, [EOS, PAD, PAD]), (crossover + 0.1, [A, EOS, PAD]),
+                      (2.0, [A, EOS, PAD])):
     seqs, score = decode.beam_search(fn, (), 1, 3, beam_size=2, alpha=alpha)
     np.testing.assert_array_equal(seqs[0], want)
     want_score = math.log(.5) if want[0] == EOS else math.log(.45) / lp(2, alpha)

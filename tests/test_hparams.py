@@ -28,7 +28,7 @@ def test_a_run_writes_its_hparams_and_final_metrics_to_tensorboard(tmp_path):
   acc.Reload()
   content = acc.PluginTagToContent("hparams")
   data = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
-  hp = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in data.session_start_info.hparams.items()}
+  hp = {k: getattr(v, v.WhichOneof("kind")) for k, v in data.session_start_info.hparams.items()}
   assert hp["model.shaw.max_distance"] == 4 and hp["model.position"] == "shaw" and hp["seed"] == 0
   assert hp["learning_rate"] == config.learning_rate
   tags = acc.Tags()["tensors"]
@@ -50,7 +50,7 @@ def test_a_committed_sweep_is_written_back_with_the_keys_that_differ(tmp_path):
   acc = event_accumulator.EventAccumulator(events, size_guidance={event_accumulator.TENSORS: 0})
   acc.Reload()
   data = plugin_data_pb2.HParamsPluginData.FromString(acc.PluginTagToContent("hparams")["_hparams_/session_start_info"])
-  hp = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in data.session_start_info.hparams.items()}
+  hp = {k: getattr(v, v.WhichOneof("kind")) for k, v in data.session_start_info.hparams.items()}
   assert hp == {"model.shaw.max_distance": 2, "seed": 0}  # learning_rate is the same in both: left out
   (value,) = acc.Tensors("test/perplexity")
   assert value.step == 4 and float(tensor_util.make_ndarray(value.tensor_proto)) == 42.0

@@ -8,7 +8,8 @@ import pytest
 from rpr import model, predict
 from rpr.attention import positions
 
-POS = {"shaw": {"max_distance": 2}, "t5": {"num_buckets": 4, "bucket_max_distance": 8}}  # 10 tokens reach the clipped ranges
+# 10 tokens reach the clipped ranges
+POS = {"shaw": {"max_distance": 2}, "t5": {"num_buckets": 4, "bucket_max_distance": 8}}
 NO_INPUTS = jnp.zeros((2, 0), jnp.int32)
 TEXT = jnp.array([[5, 6, 9, 3, 7, 8, 4, 4, 10, 11], [3, 12, 11, 12, 13, 5, 6, 0, 0, 0]], jnp.int32)
 

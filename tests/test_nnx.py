@@ -1,4 +1,5 @@
-"""The linen layer from flax.nnx through ``nnx.bridge.ToNNX``: the same outputs with the same parameters, and it trains."""
+"""The linen layer from flax.nnx through ``nnx.bridge.ToNNX``: the same outputs with the same parameters, and it
+trains."""
 
 import jax
 import jax.numpy as jnp

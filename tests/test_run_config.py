@@ -68,7 +68,8 @@ def test_checks_that_do_not_apply_pass():
     (["--config.long_max_length=5"], r"config.long_max_length = 5 is not allowed; allowed: an int >= 7"),
     (["--config.learning_rate=inf"], r"config.learning_rate = inf is not allowed; allowed: a number > 0.0 and finite"),
     (["--config.model.max_length=7"], r"config.model.max_length = 7 is not allowed; allowed: an int >= 9"),
-    (["--config.no_such_key=1"], r"--config.no_such_key: the config has no key 'no_such_key'; allowed: .*--print_config"),
+    (["--config.no_such_key=1"],
+     r"--config.no_such_key: the config has no key 'no_such_key'; allowed: .*--print_config"),
     (["--config.model.shaw.k=1"], r"--config.model.shaw.k: the config has no key 'k'"),
 ])
 def test_run_py_gives_one_line_and_exit_status_2(tmp_path, args, message):

@@ -9,6 +9,7 @@ sacrebleu BLEU against the raw references.
 import dataclasses
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -41,7 +42,10 @@ def test_every_cell_validates_and_is_the_papers_setting(cell):
   config = WMT.get_config(cell.variant)
   for devices in (1, 8):
     run_config.validate(config, num_devices=devices)
-  assert cell.command in WMT.__doc__ and f"{cell.paper}" in WMT.__doc__
+  form = ".venv/bin/python run.py --config=configs/wmt14_ende.py:<variant> --workdir=workdirs/wmt14/<name>"
+  assert form in " ".join(WMT.__doc__.split())  # the documented form, which each cell's command takes
+  pattern = re.escape(form).replace(re.escape("<variant>"), re.escape(cell.variant))
+  assert re.fullmatch(pattern.replace(re.escape("<name>"), r"\w+"), cell.command), cell.command
   assert cell.split in config.eval_splits and config.dataset == "wmt14"
   assert (config.decode_method, config.beam_size, config.beam_alpha) == ("beam", 4, 0.6)
   assert (config.vocab_size, config.tokens_per_device * 8) == (32_768, 25_000)

@@ -219,7 +219,8 @@ class Relative:
             f"Relative.{name} has shape {tuple(t.shape)}; allowed: [{want}, {head_dim}] or "
             f"[{num_heads}, {want}, {head_dim}] ({want} = 2k+1 rows for k={self.max_distance})"
             if self.ids is None else
-            f"Relative.{name} has shape {tuple(t.shape)}; allowed: [{want}, {head_dim}] or [{num_heads}, {want}, {head_dim}]")
+            f"Relative.{name} has shape {tuple(t.shape)}; allowed: [{want}, {head_dim}] or "
+            f"[{num_heads}, {want}, {head_dim}]")
       if t.shape[-1] != head_dim:
         raise ValueError(f"Relative.{name} head_dim is {t.shape[-1]}, but the heads have head_dim {head_dim}")
       if t.ndim == 3 and t.shape[0] != num_heads:

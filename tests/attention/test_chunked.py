@@ -551,9 +551,9 @@ SCHEME_CASES += [("shaw", not dict(SCHEME_CASES)["shaw"])]
                          [(p, c, None) for p, c in SCHEME_CASES]
                          + [("shaw", True, 3), ("t5", False, 2), ("rope", False, 2)])
 def test_layer_chunked_equals_dense_for_every_scheme(rng, position, causal, window):
-  make = lambda implementation: MultiHeadAttention(num_heads=2, position=position, position_options=OPTIONS.get(position),
-                                                   max_length=16, causal=causal, window=window,
-                                                   implementation=implementation)
+  make = lambda implementation: MultiHeadAttention(num_heads=2, position=position,
+                                                   position_options=OPTIONS.get(position), max_length=16,
+                                                   causal=causal, window=window, implementation=implementation)
   x = jnp.asarray(rng.normal(size=(2, 11, 8)), jnp.float32)
   valid = jnp.asarray(np.arange(11)[None, :] < np.array([[11], [7]]))  # [b, k]
   params = make("dense").init(jax.random.PRNGKey(0), x, key_valid=valid)

@@ -32,8 +32,8 @@ KINDS = {"dot": ("dense", None), "additive": ("additive", None), "local": ("dens
 
 def layer(position, kind="dot", **kw):
   implementation, window = KINDS[kind]
-  return MultiHeadAttention(num_heads=H, position=position, position_options=OPTIONS.get(position), max_length=MAX_LENGTH,
-                            implementation=implementation, window=window, **kw)
+  return MultiHeadAttention(num_heads=H, position=position, position_options=OPTIONS.get(position),
+                            max_length=MAX_LENGTH, implementation=implementation, window=window, **kw)
 
 
 def inputs(batch=1, seed=0, dtype=jnp.float32):

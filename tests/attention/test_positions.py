@@ -183,8 +183,8 @@ class Encoder(nn.Module):
   def __call__(self, x, key_valid=None):
     x = positions.make(self.position, H, F // H, max_length=MAX_LENGTH, options=OPTIONS.get(self.position),
                        name="embed_position").embed(x)
-    return MultiHeadAttention(num_heads=H, position=self.position, position_options=OPTIONS.get(self.position), max_length=MAX_LENGTH,
-                              name="attention")(x, key_valid=key_valid)
+    return MultiHeadAttention(num_heads=H, position=self.position, position_options=OPTIONS.get(self.position),
+                              max_length=MAX_LENGTH, name="attention")(x, key_valid=key_valid)
 
 
 _ENCODERS = {}

@@ -87,7 +87,8 @@ def test_int32_overflow_fallback_is_the_same_map(x64, rng, monkeypatch):
   k, q_len, k_len = 2, 5, 7
   x, p = rng.normal(size=(2, q_len, 2 * k + 1)), rng.normal(size=(2, q_len, k_len))
   monkeypatch.setattr(rel, "_INT32_LIMIT", 8)
-  np.testing.assert_array_equal(np.asarray(rel.bucket_expand(jnp.asarray(x), k_len, k, -1)), expand_loop(x, k_len, k, -1))
+  np.testing.assert_array_equal(np.asarray(rel.bucket_expand(jnp.asarray(x), k_len, k, -1)),
+                                expand_loop(x, k_len, k, -1))
   np.testing.assert_allclose(np.asarray(rel.bucket_reduce(jnp.asarray(p), k, -1)), reduce_loop(p, k, -1), rtol=1e-12)
 
 

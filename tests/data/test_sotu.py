@@ -169,7 +169,8 @@ def test_real_tarball_counts(tmp_path):
 
 
 def test_prepare_makes_the_data_and_vocabulary_once_for_the_runs(tmp_path, tarball, monkeypatch):
-  monkeypatch.setattr(sotu.SotuBuilder, "ARTEFACT", dataclasses.replace(sotu.TARBALL, sha256=tarball[1]))  # the small tarball stands in for the pinned one
+  # the small tarball stands in for the pinned one
+  monkeypatch.setattr(sotu.SotuBuilder, "ARTEFACT", dataclasses.replace(sotu.TARBALL, sha256=tarball[1]))
   cfg = config(str(tmp_path / "tfds"), tarball[0])
   assert data.prepare(cfg)
   (vocab_path,) = (tmp_path / "tfds").rglob("spm300.model")

@@ -1,4 +1,5 @@
-"""The real-text baselines: TF-IDF retrieval, the LM's documents, and the report section that sets them beside groups."""
+"""The real-text baselines: TF-IDF retrieval, the LM's documents, and the report section that sets them beside
+groups."""
 
 import json
 import types

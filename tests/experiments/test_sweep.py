@@ -86,10 +86,11 @@ def test_length_sweep_covers_every_scheme_with_three_seeds():
 
 
 @pytest.mark.parametrize("name, only, expected", [
-    ("length_tiny", "shaw", "python run.py --config=configs/length.py:tiny,pe=shaw --workdir={root}/length_tiny/shaw/seed1 "
-     "--config.seed=1"),
+    ("length_tiny", "shaw", "python run.py --config=configs/length.py:tiny,pe=shaw "
+     "--workdir={root}/length_tiny/shaw/seed1 --config.seed=1"),
     ("table3_cpu", "av=off,ak=on", "python run.py --config=configs/arithmetic.py:pe=shaw,k=16 "
-     "--workdir={root}/clipping/table3/av=off,ak=on/seed1 --config.num_train_steps=4000 --config.model.shaw.use_values=False --config.model.shaw.use_keys=True --config.seed=1"),
+     "--workdir={root}/clipping/table3/av=off,ak=on/seed1 --config.num_train_steps=4000 "
+     "--config.model.shaw.use_values=False --config.model.shaw.use_keys=True --config.seed=1"),
 ])
 def test_printed_commands_name_the_config_variant_workdir_and_every_key(tmp_path, name, only, expected):
   _skip_without_config_file(sweep_lib.select(sweeps.get(name), only=[only])[0])
