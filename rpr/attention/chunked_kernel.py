@@ -28,6 +28,7 @@ from typing import Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from rpr.attention import masks
 from rpr.attention import relative as rel
 from rpr.attention.chunked_plan import BAND, Case, Corner, Plan, edge_index
 
@@ -150,10 +151,7 @@ def tile_allowed(cfg: Config, inp: Inputs, rows: Rows, start: Array) -> Optional
   if plan.causal or plan.window is not None:
     q_pos = inp.q_offset + rows.start + jnp.arange(bq, dtype=jnp.int32)
     d = (start + jnp.arange(bk, dtype=jnp.int32))[None, :] - q_pos[:, None]
-    if plan.causal:
-      allowed.append((d <= 0)[None, None])
-    if plan.window is not None:
-      allowed.append((jnp.abs(d) <= plan.window)[None, None])
+    allowed += [rule[None, None] for rule in masks.position_rules(d, plan.causal, plan.window)]
   if inp.mask is not None:
     m = inp.mask
     if m.shape[2] > 1:

@@ -114,13 +114,21 @@ class Mask:
       parts.append(self.key_valid.astype(bool)[:, None, None, :])
     if self.causal or self.window is not None:
       d = relative_distance(q_length, k_length, q_offset)
-      if self.causal:
-        parts.append((d <= 0)[None, None])
-      if self.window is not None:
-        parts.append((jnp.abs(d) <= self.window)[None, None])
+      parts += [rule[None, None] for rule in position_rules(d, self.causal, self.window)]
     if self.array is not None:
       parts.append(self.array.astype(bool))
     return combine(*parts)
+
+
+def position_rules(d: Array, causal: bool, window: Optional[int]) -> list[Array]:
+  """The causal and window rules on distances ``d = j - (q_offset + i)``: causal keeps ``d <= 0``, a window
+  ``|d| <= window``. The one place they are written; the dense mask and the chunked kernel's tiles use it."""
+  rules = []
+  if causal:
+    rules.append(d <= 0)
+  if window is not None:
+    rules.append(jnp.abs(d) <= window)
+  return rules
 
 
 def combine(*masks: Optional[Array]) -> Optional[Array]:
