@@ -121,7 +121,9 @@ def test_the_allowed_keys_are_base_py_s_and_those_the_data_sets_read():
   assert set(base.get_config()) == set(run_config.ENGINE_KEYS) | set(copy_keys)
   assert not set(run_config.ENGINE_KEYS) & set(copy_keys)
   from rpr.data import wmt  # TFDS
-  assert set(wmt.CONFIG_KEYS) <= set(run_config.ENGINE_KEYS) | set(data.REGISTRY["wmt14"].keys)
+  # The light registry lists wmt's keys (importing rpr.data.wmt imports TFDS): WmtTask's own, and two of its own.
+  extra = {"tokens_per_device", "cache_dir"}
+  assert set(data.REGISTRY["wmt14"].keys) - extra == set(wmt.CONFIG_KEYS) - set(run_config.ENGINE_KEYS)
 
 
 # Every config file with the variants its docstring documents; a new file must be added here.

@@ -49,6 +49,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
+from rpr import data
 from rpr.data import corpus, fetch
 from rpr.data.text import DEFAULT_MAX_LENGTH, TranslationTask, tokenize_pairs
 
@@ -198,8 +199,7 @@ def from_config(config, num_devices: int = 1) -> BibleTask:
 
 
 def _task_kwargs(config) -> dict:
-  keys = ("data_dir", "corpus_dir", "vocab_size", "train_max_source_tokens", "tokens_per_batch", "max_length",
-          "bucket_boundaries", "seed", "eval_batch_size", "spm_hard_vocab_limit")
+  keys = (*data.entry("bible_fr_en").keys, "seed", "eval_batch_size")  # the registry's list, and two engine keys
   return {k: config.get(k) for k in keys if config.get(k) is not None}
 
 
