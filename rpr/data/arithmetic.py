@@ -141,9 +141,7 @@ def split_examples(config: ArithmeticConfig) -> dict[str, tuple[list[str], list[
 class ArithmeticBuilder(tfds.core.GeneratorBasedBuilder):
   """TFDS builder for the arithmetic data set (see the module docstring).
 
-  Plain (beam-less) generation, measured on 2 CPU cores shared with other
-  jobs: the full 2M set in 50 s at light load and 98 s at load average ~7
-  (~210 MB on disk); 180k (``n300``) in ~5-9 s; 20k (``n100``) in ~0.5-1 s.
+  Plain (beam-less) generation; its cost is in experiments/README.md.
   """
 
   name = "rpr_arithmetic"  # prefixed so it cannot clash with a TFDS catalogue name
@@ -223,12 +221,8 @@ class ArithmeticTask:
   Reading. With ``preload=True`` (default) the split is read once and
   tokenised into arrays, and ``train_batch`` gathers rows; with
   ``preload=False`` each batch is a random-access read of its rows from the
-  array_record data source. The batches are identical either way. Measured on
-  the full set (2 CPU cores shared with other jobs): preloading the 1.99M
-  train examples takes ~17 s (~440 MB peak RSS, 96 MB kept); a random-access
-  batch costs ~25-60 ms whatever its size, nearly all of it array_record's
-  fixed per-call cost of an index-list read, which is more than a small
-  model's step. Use ``preload=False`` for short runs.
+  array_record data source. The batches are identical either way; what each
+  costs is in experiments/README.md.
 
   ``eval_batches(split)`` walks the split in stored (enumeration) order; the
   split is tokenised on first use and cached.
