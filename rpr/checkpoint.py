@@ -37,6 +37,7 @@ import os
 from typing import Any, Optional
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
@@ -167,7 +168,6 @@ def agreed(local: list[bool], steps: list[int]) -> list[bool]:
   """
   if jax.process_count() == 1:
     return list(local)
-  import numpy as np
   from jax.experimental import multihost_utils
 
   seen = multihost_utils.process_allgather(np.array([len(steps), *steps[:1]], np.int64))
@@ -178,8 +178,6 @@ def agreed(local: list[bool], steps: list[int]) -> list[bool]:
 
 
 def _all_finite(tree) -> bool:
-  import numpy as np
-
   return all(bool(np.all(np.isfinite(np.asarray(x)))) for x in jax.tree_util.tree_leaves(tree)
              if np.issubdtype(np.asarray(x).dtype, np.inexact))
 

@@ -157,8 +157,8 @@ def test_a_step_another_process_found_damaged_is_passed_over_here_too(runs, tmp_
   monkeypatch.setattr(multihost_utils, "process_allgather", allgather)
   assert checkpoint.agreed([True, True], [6, 4]) == [False, True]
   assert gathered == [[2, 6], [1, 1]]  # the step lists are compared first
+  monkeypatch.setattr(multihost_utils, "process_allgather", lambda x: np.stack([x, np.asarray(x) + 1]))
   with pytest.raises(checkpoint.CheckpointError, match="the processes see different checkpoints"):
-    monkeypatch.setattr(multihost_utils, "process_allgather", lambda x: np.stack([x, np.asarray(x) + 1]))
     checkpoint.agreed([True], [6])
 
   monkeypatch.undo()  # the resume itself runs as one process, with the other's view of step 6

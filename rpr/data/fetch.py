@@ -151,5 +151,4 @@ def _http(artefact: Artefact, out: str, fail) -> None:
           print(f"  {done / 1e6:.1f} of {total / 1e6:.1f} MB", file=sys.stderr, flush=True)
   except (OSError, ValueError, KeyError) as e:  # URLError and HTTPError are OSErrors
     reason = getattr(e, "reason", None) or e
-    raise fail(f"npm is not on PATH and the registry did not serve it ({document}: {reason}); install npm, "
-               f"or download its tarball") from None
+    raise fail(f"npm is not on PATH and the registry did not serve it ({document}: {reason})") from None
