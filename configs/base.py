@@ -41,28 +41,7 @@ def get_config() -> ml_collections.ConfigDict:
   # tokens), the last bucket open: (10, 20) gives <split>/bleu_by_length/1-10, /11-20 and /21+. (): none.
   c.source_length_buckets = ()
 
-  # Model: rpr.model.ModelConfig's fields (vocab_size comes from the data set).
-  c.model = ml_collections.ConfigDict()
-  c.model.d_model = 64  # model width
-  c.model.num_heads = 4  # attention heads, must divide d_model
-  c.model.d_ff = 128  # feed-forward inner width
-  c.model.num_encoder_layers = 2  # encoder depth
-  c.model.num_decoder_layers = 2  # decoder depth
-  c.model.dropout_rate = 0.0  # residual and embedding dropout
-  c.model.attention_dropout_rate = 0.0  # dropout on the attention weights
-  c.model.position = "shaw"  # scheme of encoder and decoder (rpr.attention.SCHEMES)
-  c.model.cross_position = "none"  # scheme of the encoder-decoder attention (Shaw et al.: none)
-  # Each scheme's options, as model.<scheme>.<option>: their defaults and meanings are the fields of the
-  # scheme's Options (rpr/attention/positions.py); shaw: max_distance, use_keys, use_values, share_heads,
-  # add_sinusoidal; t5: num_buckets, bucket_max_distance; rope: rope_base; learned: learned_init_std.
-  for name in positions.SCHEMES:
-    if positions.defaults(name):
-      c.model[name] = ml_collections.ConfigDict(positions.defaults(name))
-  c.model.pre_layer_norm = False  # True: pre-LN, False: post-LN (Vaswani, Shaw)
-  c.model.share_embeddings = True  # tie input/output embeddings
-  c.model.max_length = 64  # longest sequence: learned position tables, decode caches
-  c.model.dtype = "float32"  # activation dtype: float32 or bfloat16 (parameters stay float32)
-  c.model.attention_implementation = "dense"  # or "chunked": linear memory in the lengths (same parameters)
+  c.model = _model()
 
   # Optimisation.
   c.optimizer = "adam"  # adam or adamw
@@ -98,9 +77,38 @@ def get_config() -> ml_collections.ConfigDict:
   # al. average 5 for base, 20 for big); 1: the final state. Needs keep_checkpoints >= it.
   c.average_last = 1
   c.log_every_steps = 100  # progress log and train/* metrics every this many steps
+  # Also write TensorBoard events (with the config as HParams) beside metrics.jsonl. They need TensorFlow,
+  # which takes about 6 s to import; False: metrics.jsonl only (experiments/hparams_view.py rebuilds events).
+  c.tensorboard = True
   c.checkpoint_every_steps = 500  # checkpoint every this many steps (and at the end and on SIGTERM)
   c.keep_checkpoints = 3  # keep the newest this many checkpoints
   return c
+
+
+def _model() -> ml_collections.ConfigDict:
+  """``config.model``: rpr.model.ModelConfig's fields (vocab_size comes from the data set)."""
+  m = ml_collections.ConfigDict()
+  m.d_model = 64  # model width
+  m.num_heads = 4  # attention heads, must divide d_model
+  m.d_ff = 128  # feed-forward inner width
+  m.num_encoder_layers = 2  # encoder depth
+  m.num_decoder_layers = 2  # decoder depth
+  m.dropout_rate = 0.0  # residual and embedding dropout
+  m.attention_dropout_rate = 0.0  # dropout on the attention weights
+  m.position = "shaw"  # scheme of encoder and decoder (rpr.attention.SCHEMES)
+  m.cross_position = "none"  # scheme of the encoder-decoder attention (Shaw et al.: none)
+  # Each scheme's options, as model.<scheme>.<option>: their defaults and meanings are the fields of the
+  # scheme's Options (rpr/attention/positions.py); shaw: max_distance, use_keys, use_values, share_heads,
+  # add_sinusoidal; t5: num_buckets, bucket_max_distance; rope: rope_base; learned: learned_init_std.
+  for name in positions.SCHEMES:
+    if positions.defaults(name):
+      m[name] = ml_collections.ConfigDict(positions.defaults(name))
+  m.pre_layer_norm = False  # True: pre-LN, False: post-LN (Vaswani, Shaw)
+  m.share_embeddings = True  # tie input/output embeddings
+  m.max_length = 64  # longest sequence: learned position tables, decode caches
+  m.dtype = "float32"  # activation dtype: float32 or bfloat16 (parameters stay float32)
+  m.attention_implementation = "dense"  # or "chunked": linear memory in the lengths (same parameters)
+  return m
 
 
 # ----------------------------------------------------------------------------

@@ -39,7 +39,7 @@ RESUME_SAFE_KEYS = ("num_train_steps", "eval_every_steps", "log_every_steps", "c
                     "keep_checkpoints", "eval_splits", "final_eval_splits", "eval_batch_size", "max_eval_batches",
                     "num_eval_examples", "eval_by_length", "source_length_buckets", "decode_method",
                     "decode_extra_length", "beam_size", "beam_alpha", "final_decode_method", "average_last",
-                    *PLATEAU_KEYS)
+                    "tensorboard", *PLATEAU_KEYS)
 # The top-level keys the engine reads (configs/base.py's, but for copy/reverse's); a data set reads its own too
 # (rpr.data.register(keys=...)), and a config key that neither reads is refused.
 ENGINE_KEYS = ("dataset", "seed", "batch_size", "eval_batch_size", "eval_splits", "final_eval_splits",
@@ -47,7 +47,7 @@ ENGINE_KEYS = ("dataset", "seed", "batch_size", "eval_batch_size", "eval_splits"
                "schedule", "warmup_steps", "adam_b1", "adam_b2", "adam_eps", "weight_decay", "grad_clip_norm",
                "label_smoothing", "num_train_steps", "eval_every_steps", "decode_method", "decode_extra_length",
                "beam_size", "beam_alpha", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
-               "final_decode_method", "average_last", *PLATEAU_KEYS)
+               "final_decode_method", "average_last", "tensorboard", *PLATEAU_KEYS)
 
 
 def evaluated_splits(config, final: bool = True) -> tuple[str, ...]:
@@ -237,8 +237,9 @@ def _validate_evaluation(config) -> None:
   if config.average_last > config.keep_checkpoints:
     _fail("average_last", config.average_last, f"an int <= keep_checkpoints ({config.keep_checkpoints}): the "
           "checkpoints it averages must be kept")
-  if not isinstance(config.get("eval_by_length", False), bool):
-    _fail("eval_by_length", config.get("eval_by_length"), "True or False")
+  for key in ("eval_by_length", "tensorboard"):
+    if not isinstance(config.get(key, False), bool):
+      _fail(key, config.get(key), "True or False")
   buckets = config.get("source_length_buckets", ())
   if (not isinstance(buckets, (tuple, list))
       or not all(isinstance(b, numbers.Integral) and not isinstance(b, bool) and b >= 1 for b in buckets)

@@ -38,6 +38,7 @@ from rpr import predict as predict_lib
 from rpr import records
 from rpr import run_config
 from rpr import stop
+from rpr import writers
 from rpr.evaluation import decode_limits, evaluate  # noqa: F401 (re-exported)
 from rpr.model import ModelConfig, build
 from rpr.sharding import make_mesh, pad_rows, shard_batch  # noqa: F401 (re-exported)
@@ -179,9 +180,7 @@ def train_and_evaluate(config, workdir: str, allow_config_change=(), restore_unv
   run_config.validate(config, num_devices=jax.device_count())  # a bad config fails before the workdir is made
   with stop.handle_signals(), (workdir_lib.lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()):
     run = _prepare(config, workdir, allow_config_change, restore_unverified, trust_checkpoints)
-    from rpr import writers  # TensorBoard pulls in TensorFlow: import when a run starts
-
-    writer = writers.create(workdir, jax.process_index())
+    writer = writers.create(workdir, jax.process_index(), config.get("tensorboard", True))
     # The run's hyper-parameters for TensorBoard's HParams dashboard, beside the metrics it writes.
     writer.write_hparams(writers.hparams(config.to_dict()))
     try:

@@ -1,7 +1,8 @@
 """Metric writers of a run: JSON lines in ``workdir/metrics.jsonl`` and TensorBoard events in the workdir.
 
-Both are clu ``MetricWriter``s behind one ``MultiWriter``; only process 0
-writes files (the other hosts of a multi-host run write nothing).
+Only process 0 writes files (the other hosts of a multi-host run write nothing). The TensorBoard events are
+clu's ``SummaryWriter``, which imports TensorFlow (about 6 s on 2 CPU cores), so clu is imported only when a
+run asks for events (``config.tensorboard``); ``metrics.jsonl`` alone needs neither.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import os
 from typing import Any, Mapping
 
 import numpy as np
-from clu.metric_writers import interface
-from clu.metric_writers import multi_writer
 
 
 def _plain(value: Any) -> Any:
@@ -24,20 +23,11 @@ def _plain(value: Any) -> Any:
   return value
 
 
-class JsonlWriter(interface.MetricWriter):
-  """One JSON object per ``write_scalars`` call: ``{"step": s, "<name>": value, ...}``.
+class Silent:
+  """A metric writer that drops everything: clu's ``MetricWriter`` methods (``tests/test_writers.py``)."""
 
-  Appends, so a resumed run continues the file; scalars only (other kinds are ignored).
-  """
-
-  def __init__(self, path: str):
-    self.path = path
-    self._file = open(path, "a", encoding="utf-8")
-
-  def write_scalars(self, step: int, scalars: Mapping[str, Any]):
-    record = {"step": int(step), **{k: _plain(v) for k, v in scalars.items()}}
-    self._file.write(json.dumps(record, sort_keys=True) + "\n")
-    self._file.flush()
+  def write_scalars(self, step, scalars):
+    pass
 
   def write_summaries(self, step, values, metadata=None):
     pass
@@ -61,20 +51,46 @@ class JsonlWriter(interface.MetricWriter):
     pass
 
   def flush(self):
+    pass
+
+  def close(self):
+    pass
+
+
+class JsonlWriter(Silent):
+  """One JSON object per ``write_scalars`` call: ``{"step": s, "<name>": value, ...}``.
+
+  Appends, so a resumed run continues the file; scalars only (other kinds are dropped). It has clu's
+  ``MetricWriter`` methods without subclassing it, so that writing it does not import clu (see above).
+  """
+
+  def __init__(self, path: str):
+    self.path = path
+    self._file = open(path, "a", encoding="utf-8")
+
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]):
+    record = {"step": int(step), **{k: _plain(v) for k, v in scalars.items()}}
+    self._file.write(json.dumps(record, sort_keys=True) + "\n")
+    self._file.flush()
+
+  def flush(self):
     self._file.flush()
 
   def close(self):
     self._file.close()
 
 
-def create(workdir: str, process_index: int = 0) -> interface.MetricWriter:
-  """JSON lines + TensorBoard in ``workdir`` on process 0; a writer that drops everything elsewhere."""
-  writers: list[interface.MetricWriter] = []
-  if process_index == 0:
-    from clu.metric_writers import summary_writer  # imports TensorFlow: only when a run starts
+def create(workdir: str, process_index: int = 0, tensorboard: bool = True):
+  """On process 0, ``metrics.jsonl`` and with ``tensorboard`` TensorBoard events in ``workdir`` (clu's
+  ``MultiWriter`` of both); on the other processes a writer that drops everything."""
+  if process_index != 0:
+    return Silent()
+  jsonl = JsonlWriter(os.path.join(workdir, "metrics.jsonl"))
+  if not tensorboard:
+    return jsonl
+  from clu.metric_writers import multi_writer, summary_writer  # imports TensorFlow
 
-    writers = [JsonlWriter(os.path.join(workdir, "metrics.jsonl")), summary_writer.SummaryWriter(workdir)]
-  return multi_writer.MultiWriter(writers)
+  return multi_writer.MultiWriter([jsonl, summary_writer.SummaryWriter(workdir)])
 
 
 def hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

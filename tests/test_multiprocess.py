@@ -25,7 +25,8 @@ from rpr.records import read_jsonl
 from tests.test_train import ROOT, _env, compilation_cache, load_state, timeless_records  # noqa: F401 (a fixture)
 
 TINY = ["--config=configs/tiny.py", "--config.eval_every_steps=12", "--config.checkpoint_every_steps=4",
-        "--config.log_every_steps=4", "--config.keep_checkpoints=3", "--config.model.dropout_rate=0.1"]
+        "--config.log_every_steps=4", "--config.keep_checkpoints=3", "--config.model.dropout_rate=0.1",
+        "--config.tensorboard=False"]  # TensorBoard events (process 0 only) would add TensorFlow's 6 s of import
 
 
 def _port() -> int:

@@ -214,7 +214,8 @@ def test_each_user_error_is_one_line_with_exit_status_2(tmp_path, compilation_ca
       "checkpoints is a file": ["--config=configs/tiny.py"],
       "unfetchable corpus": ["--config=configs/lm.py:tiny", f"--config.corpus_dir={tmp_path / 'nowhere'}",
                          f"--config.data_dir={tmp_path / 'tfds'}"],
-      "diverged": ["--config=configs/tiny.py", "--config.learning_rate=1e30", "--config.eval_splits=()"],
+      "diverged": ["--config=configs/tiny.py", "--config.learning_rate=1e30", "--config.eval_splits=()",
+                   "--config.tensorboard=False"],
   }[case]
   (tmp_path / "cfg.py").write_text("def get_config():\n  return {'a': 1}\n")
   (tmp_path / "file").write_text("")
@@ -244,7 +245,7 @@ def test_each_user_error_is_one_line_with_exit_status_2(tmp_path, compilation_ca
 
 KILL = ["--config=configs/tiny.py", "--config.num_train_steps=24", "--config.eval_every_steps=12",
         "--config.checkpoint_every_steps=4", "--config.keep_checkpoints=2", "--config.log_every_steps=4",
-        "--config.model.dropout_rate=0.1"]
+        "--config.model.dropout_rate=0.1", "--config.tensorboard=False"]  # no events: 6 s less per process
 
 
 @pytest.fixture(scope="module")
