@@ -41,7 +41,7 @@ from rpr import stop
 from rpr import writers
 from rpr.evaluation import decode_limits, evaluate  # noqa: F401 (re-exported)
 from rpr.model import ModelConfig, build
-from rpr.sharding import make_mesh, pad_rows, shard_batch  # noqa: F401 (re-exported)
+from rpr.sharding import host_batch, make_mesh, pad_rows, shard_batch  # noqa: F401 (re-exported)
 from rpr.steps import TrainState, eval_step, init_state, train_step  # noqa: F401 (re-exported)
 
 Array = jax.Array
@@ -106,13 +106,26 @@ class _Run:
   records: list  # metrics.jsonl up to the restored step, then what this run writes (process 0; [] elsewhere)
 
 
+def _build_task(config, workdir: str, num_devices: int):
+  """The run's task. With several processes, process 0 builds it first, making any files the processes share
+  (generated data, a vocabulary), and the others build theirs after it, from those files: none is made twice,
+  or by two processes at once. (On hosts without a shared file system each host makes its own copy.)"""
+  if jax.process_count() == 1:
+    return data.get_task(config, workdir, num_devices=num_devices)
+  from jax.experimental import multihost_utils
+
+  task = data.get_task(config, workdir, num_devices=num_devices) if jax.process_index() == 0 else None
+  multihost_utils.sync_global_devices("rpr_task_built_by_process_0")
+  return task if task is not None else data.get_task(config, workdir, num_devices=num_devices)
+
+
 def _prepare(config, workdir: str, allow_config_change=(), restore_unverified: bool = False,
              trust_checkpoints: bool = False) -> _Run:
   """Validates, builds the task and model, restores the newest checkpoint that restores (or initialises)."""
   mesh = make_mesh()
   run_config.validate(config, num_devices=mesh.size, workdir=workdir, allow_changes=allow_config_change,
                       trust_checkpoints=trust_checkpoints)
-  task = data.get_task(config, workdir, num_devices=mesh.size)
+  task = _build_task(config, workdir, mesh.size)
   model_config = run_config.model_config(config, task.vocab.size)
   if (model_config.num_encoder_layers == 0) != getattr(task, "is_lm", False):
     raise run_config.ConfigError(
@@ -123,7 +136,7 @@ def _prepare(config, workdir: str, allow_config_change=(), restore_unverified: b
   model, eval_model = build(model_config), build(model_config.replace(deterministic=True))
   tx, schedule = optim.make_optimizer(config, model_config.d_model)
   replicated, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-  first = task.train_batch(0)
+  first = task.train_batch(0, slice(0, 1))  # its lengths
   init_fn = functools.partial(init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
                               target_length=first["targets"].shape[1])
   rng = jax.random.PRNGKey(config.seed)
@@ -299,7 +312,7 @@ def _loop(run: _Run, writer) -> dict[str, float]:
   history, previous, t_log, step_log = [], None, time.time(), start
   for step in range(start, num_steps):
     # PAD rows (weight 0) make a token-budget batch's row count divisible by the devices.
-    run.state, m = run.step_fn(run.state, shard_batch(pad_rows(run.task.train_batch(step), mesh.size), mesh))
+    run.state, m = run.step_fn(run.state, host_batch(run.task, step, mesh))
     if previous is not None:  # one step behind, so the host does not wait for the step just launched
       _check_finite(*previous, ckpt)
     previous = (step, m)

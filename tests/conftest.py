@@ -172,3 +172,18 @@ def real_builder(prepare, tmp_path):
   except data.DataError as e:
     pytest.skip(f"the real artefact could not be fetched: {e}")
 
+
+
+def assert_rows_are_slices(task, steps) -> None:
+  """``task.train_batch(step, rows)`` is ``task.train_batch(step)[rows]`` (halves, single rows, an empty slice,
+  as the processes of a multi-process run ask for them), and ``task.train_rows(step)`` its row count."""
+  for step in steps:
+    whole = task.train_batch(step)
+    n = task.train_rows(step)
+    assert all(len(v) == n for v in whole.values()), (n, {k: v.shape for k, v in whole.items()})
+    for rows in (slice(0, n // 2), slice(n // 2, n), slice(n - 1, n), slice(1, 2), slice(n, n)):
+      part = task.train_batch(step, rows)
+      assert part.keys() == whole.keys()
+      for k in whole:
+        assert part[k].dtype == whole[k].dtype, k
+        np.testing.assert_array_equal(part[k], whole[k][rows], err_msg=f"step {step} rows {rows} {k}")

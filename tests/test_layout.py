@@ -154,7 +154,6 @@ COVERED_BY = {
     "rpr/data/sentencepiece_vocab.py": "tests/data/test_wmt.py",
     "rpr/data/task.py": "tests/data/test_arithmetic.py",
     "rpr/data/text.py": "tests/data/test_bible.py",
-    "rpr/sharding.py": "tests/test_multiprocess.py",
     "rpr/steps.py": "tests/test_train.py",
     "rpr/stop.py": "tests/test_train.py",
     "rpr/tokens.py": "tests/test_predict.py",

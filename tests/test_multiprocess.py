@@ -1,5 +1,7 @@
 """Two processes equal one: run.py --multihost with JAX's multi-process runtime, 2 processes on localhost
-(the batch placement of rpr.sharding, checkpoints and the stop signal across processes).
+(the batch placement of rpr.sharding, each process building its own rows; checkpoints and the stop signal
+across processes), for the encoder-decoder (configs/tiny.py) and the language model (configs/lm.py:tiny, whose
+vocabulary process 0 makes while process 1 waits).
 
 Each process has 2 forced CPU devices and exchanges arrays through gloo (JAX's CPU collectives); the
 reference is 1 process with 4 devices, the same 4-way data-parallel step. Checkpoints cross between the
@@ -104,3 +106,27 @@ def test_two_processes_train_as_one_stop_together_and_checkpoints_cross_both_way
   shutil.rmtree(path / "checkpoints" / "12")
   finish(launch([*TINY, "--config.num_train_steps=12"], path, compilation_cache, 2))
   assert_same_run(straight, path, 12)
+
+
+def test_a_language_model_trains_in_two_processes_as_in_one_and_its_vocabulary_is_made_once(tmp_path,
+                                                                                            compilation_cache):
+  # The decoder-only LM on a small corpus of our own: its TFDS data made here, its vocabulary left to the run.
+  # 2 processes start together on the fresh data folder: process 0 trains the vocabulary, process 1 waits for it
+  # and loads it. Then 1 process (4 devices) trains the same job on it: the 2 processes trained as it does.
+  from rpr.data import sotu
+  from tests.data import test_sotu
+
+  corpus, data_dir = tmp_path / "corpus", tmp_path / "tfds"
+  corpus.mkdir()
+  sotu.prepare(str(data_dir), str(corpus), test_sotu.make_tarball(corpus))
+  lm = ["--config=configs/lm.py:tiny", f"--config.data_dir={data_dir}", f"--config.corpus_dir={corpus}",
+        "--config.lm_context_length=8", "--config.batch_size=8", "--config.num_train_steps=6",
+        "--config.log_every_steps=2", "--config.checkpoint_every_steps=3", "--config.keep_checkpoints=2",
+        "--config.tensorboard=False"]
+  errors = finish(launch(lm, tmp_path / "two", compilation_cache, 2))
+  assert ["Training a 1000-piece SentencePiece vocabulary" in e for e in errors] == [True, False], errors[1][-2000:]
+  assert "Loaded SentencePiece vocabulary" in errors[1]
+  for i, e in enumerate(errors):  # each process builds the rows of its own 2 devices only
+    assert f"Process {i} builds rows {4 * i}:{4 * i + 4} of 8 of training batch 0" in e, e[-2000:]
+  finish(launch(lm, tmp_path / "one", compilation_cache, 1))
+  assert_same_run(tmp_path / "one", tmp_path / "two", 6)

@@ -348,8 +348,11 @@ class ArithmeticTask:
       idx[sel] = self._permutation(e)[offset[sel]]
     return idx
 
-  def train_batch(self, step: int) -> dict[str, np.ndarray]:
-    idx = self.train_indices(step)
+  def train_rows(self, step: int) -> int:
+    return self.batch_size
+
+  def train_batch(self, step: int, rows: slice = slice(None)) -> dict[str, np.ndarray]:
+    idx = self.train_indices(step)[rows]
     if "train" in self._arrays:
       inputs, targets = self._arrays["train"]
       return {"inputs": inputs[idx], "targets": targets[idx]}

@@ -76,14 +76,17 @@ class DocumentLMTask:
         raise ValueError(f"long_split {long_split!r} is not an eval split; allowed: {sorted(evaluation)}")
       self.splits.update({f"{long_split}_x{m}": (long_split, m) for m in long_multiples})
 
-  def train_batch(self, step: int) -> dict[str, np.ndarray]:
+  def train_rows(self, step: int) -> int:
+    return self.batch_size
+
+  def train_batch(self, step: int, rows: slice = slice(None)) -> dict[str, np.ndarray]:
     """``batch_size`` windows of ``context_length`` tokens of the training stream at random offsets."""
     if step < 0:
       raise ValueError(f"step must be non-negative, got {step}")
     rng = np.random.default_rng([self.seed, step])
-    starts = rng.integers(0, len(self.stream) - self.context_length + 1, size=self.batch_size)
+    starts = rng.integers(0, len(self.stream) - self.context_length + 1, size=self.batch_size)[rows]
     targets = self.stream[starts[:, None] + np.arange(self.context_length)]
-    return {"inputs": np.zeros((self.batch_size, 0), np.int32), "targets": targets}
+    return {"inputs": np.zeros((len(starts), 0), np.int32), "targets": targets}
 
   def window_length(self, split: str) -> int:
     """The window length of eval split ``split``."""

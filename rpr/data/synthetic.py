@@ -53,16 +53,19 @@ class SequenceTask:
       return self.max_length + 1, self.long_max_length
     raise ValueError(f"unknown split {split!r} of {self.kind!r}; allowed: {list(SPLITS)}")
 
-  def _batch(self, rng: np.random.Generator, n: int, split: str) -> dict[str, np.ndarray]:
+  def _batch(self, rng: np.random.Generator, n: int, split: str, rows: slice = slice(None)) -> dict[str, np.ndarray]:
     lo, hi = self._lengths(split)
-    lengths = rng.integers(lo, hi + 1, size=n)
-    digits = rng.integers(3, 3 + len(DIGITS), size=(n, hi))  # ids of the digits
+    lengths = rng.integers(lo, hi + 1, size=n)[rows]  # every row's draws, then the rows asked for
+    digits = rng.integers(3, 3 + len(DIGITS), size=(n, hi))[rows]  # ids of the digits
     inputs = [list(d[:k]) for d, k in zip(digits, lengths)]
     outputs = inputs if self.kind == "copy" else [r[::-1] for r in inputs]
     return {"inputs": pad_batch(inputs, hi), "targets": pad_batch(outputs, hi + 1, eos=True)}
 
-  def train_batch(self, step: int) -> dict[str, np.ndarray]:
-    return self._batch(np.random.default_rng([self.seed, 0, step]), self.batch_size, "train")
+  def train_rows(self, step: int) -> int:
+    return self.batch_size
+
+  def train_batch(self, step: int, rows: slice = slice(None)) -> dict[str, np.ndarray]:
+    return self._batch(np.random.default_rng([self.seed, 0, step]), self.batch_size, "train", rows)
 
   def eval_batches(self, split: str) -> Iterator[dict[str, np.ndarray]]:
     self._lengths(split)  # fail on an unknown split before yielding

@@ -5,7 +5,8 @@ A batch is a dict of int32 numpy arrays ``inputs [batch, in_length]`` and
 and padding (id 0). The decoder input is ``targets`` shifted right with BOS
 (the model does that). ``train_batch(step)`` is a pure function of the task's
 seed and ``step``, so a run resumed at step ``s`` sees exactly the batches a
-straight run would have seen.
+straight run would have seen; ``train_batch(step, rows)`` is that batch's
+``rows``, whichever process asks.
 """
 
 from __future__ import annotations
@@ -39,8 +40,12 @@ class Task(Protocol):
   is_text: bool  # evaluate BLEU (natural language) in addition to exact match; needs references(split)
   is_lm: bool  # optional (default False): decoder-only windows, inputs [b, 0]; see rpr.data.lm
 
-  def train_batch(self, step: int) -> dict[str, np.ndarray]:
-    """The training batch of ``step`` (global, across all devices)."""
+  def train_rows(self, step: int) -> int:
+    """The number of rows of the training batch of ``step`` (global, across all devices), without building it."""
+
+  def train_batch(self, step: int, rows: slice = slice(None)) -> dict[str, np.ndarray]:
+    """Rows ``rows`` of the training batch of ``step`` (global, across all devices), building no other row:
+    each process of a multi-process run builds the rows of its own devices only (``rpr.sharding.host_batch``)."""
 
   def eval_batches(self, split: str) -> Iterator[dict[str, np.ndarray]]:
     """Every example of ``split`` once, in fixed order; the last batch may be padded with all-PAD rows."""

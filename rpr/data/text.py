@@ -269,9 +269,13 @@ class TranslationTask:
     """The raw (source texts, target texts) of eval split ``split``, in stored order."""
     raise NotImplementedError
 
-  def train_batch(self, step: int) -> dict[str, np.ndarray]:
-    """Batch ``step``: int32 ``inputs`` and ``targets``, both ``[B_L, L]`` for one bucket ``L``."""
+  def train_rows(self, step: int) -> int:
+    return len(self.batches(step)[1])
+
+  def train_batch(self, step: int, rows: slice = slice(None)) -> dict[str, np.ndarray]:
+    """Batch ``step``: int32 ``inputs`` and ``targets``, both ``[B_L, L]`` for one bucket ``L`` (its ``rows``)."""
     length, index = self.batches(step)
+    index = index[rows]
     return {"inputs": gather_padded(self.train.source_ids, self.train.source_offsets, index, length),
             "targets": gather_padded(self.train.target_ids, self.train.target_offsets, index, length)}
 

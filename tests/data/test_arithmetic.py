@@ -7,6 +7,7 @@ import pytest
 
 from rpr.data import arithmetic, bounds
 from rpr.data.task import EOS, PAD
+from tests.conftest import assert_rows_are_slices
 
 SMALL, TINY = "n100_addsub", "n10_addsub"
 
@@ -97,6 +98,8 @@ def test_train_batch_pure_in_seed_and_step(small_dir):
   np.testing.assert_array_equal(straight[1]["targets"], t2.train_batch(1)["targets"])
   assert not np.array_equal(straight[0]["inputs"], straight[1]["inputs"])
   assert not np.array_equal(straight[0]["inputs"], other.train_batch(0)["inputs"])
+  assert_rows_are_slices(t1, (0, 4))
+  assert_rows_are_slices(t2, (4,))
   b = straight[0]
   assert b["inputs"].shape == (16, 5) and b["targets"].shape == (16, 4)
   assert b["inputs"].dtype == np.int32 and b["targets"].dtype == np.int32

@@ -17,7 +17,7 @@ import pytest
 from rpr import data
 from rpr.data import bible, corpus, fetch
 from rpr.data.task import EOS, PAD
-from tests.conftest import assert_fetched_and_checked, real_builder
+from tests.conftest import assert_fetched_and_checked, assert_rows_are_slices, real_builder
 
 # book -> (chapters, verses per chapter); 1, 40 train; 8, 59 validation; 6, 42 test.
 BOOKS = {1: (2, 4), 8: (1, 3), 6: (1, 5), 40: (2, 4), 42: (1, 5), 59: (1, 4)}
@@ -137,6 +137,7 @@ def test_task_batches_and_references(data_dir, wheel):
     for x, y in zip(batch["inputs"], batch["targets"]):
       assert (vocab.decode(_row(x)), vocab.decode(_row(y))) in train
     np.testing.assert_array_equal(batch["targets"], task.train_batch(step)["targets"])
+  assert_rows_are_slices(task, range(3))
   for split, n in (("validation", 7), ("test", 10)):
     refs, srcs = task.references(split), task.sources(split)
     assert sorted(zip(srcs, refs)) == sorted(zip(*task.texts[split])) and len(refs) == n

@@ -16,7 +16,7 @@ import pytest
 from rpr import data
 from rpr.data import corpus, fetch, lm, sotu
 from rpr.data.task import BOS, EOS, PAD
-from tests.conftest import assert_fetched_and_checked, real_builder
+from tests.conftest import assert_fetched_and_checked, assert_rows_are_slices, real_builder
 
 # (year, president, party): 1994 twice, so the order inside a year is by name.
 ADDRESSES = [(1990 + i, f"president_{'ab'[i % 2]}", "d" if i % 3 else "r") for i in range(19)] + \
@@ -129,6 +129,7 @@ def test_train_batch_is_a_pure_function_of_seed_and_step(task, data_dir, tarball
     np.testing.assert_array_equal(task.train_batch(step)["targets"], again.train_batch(step)["targets"])
   assert not np.array_equal(task.train_batch(0)["targets"], other.train_batch(0)["targets"])
   assert not np.array_equal(task.train_batch(0)["targets"], task.train_batch(1)["targets"])
+  assert_rows_are_slices(task, (0, 7))
 
 
 @pytest.mark.parametrize("split, multiple", [("validation", 1), ("test", 1), ("test_x2", 2), ("test_x4", 4),

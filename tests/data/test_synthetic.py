@@ -6,6 +6,7 @@ import pytest
 
 from rpr import data
 from rpr.data.task import BOS, EOS, PAD, CharVocab
+from tests.conftest import assert_rows_are_slices
 
 
 def _config(dataset="reverse"):
@@ -28,6 +29,7 @@ def test_batches_are_pure_in_step_and_solve_the_task(kind):
     assert a[k].dtype == np.int32
   assert not np.array_equal(a["inputs"], c["inputs"])
   assert a["inputs"].shape == (8, 5) and a["targets"].shape == (8, 6)
+  assert_rows_are_slices(task, (0, 7))
   for x, y in zip(a["inputs"], a["targets"]):
     s = task.vocab.decode(x)
     assert 2 <= len(s) <= 5

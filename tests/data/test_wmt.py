@@ -15,6 +15,7 @@ import tensorflow_datasets as tfds
 
 from rpr.data import sentencepiece_vocab, text, wmt
 from rpr.data.task import BOS, EOS, PAD
+from tests.conftest import assert_rows_are_slices
 
 NUM_EXAMPLES = 200
 SETTINGS = dict(vocab_size=300, spm_hard_vocab_limit=False, spm_train_pairs=100,
@@ -102,6 +103,7 @@ def test_train_batches_respect_budget_and_hold_the_data(mocked, train_texts):
       assert _row(row_in) == vocab.encode(sources[i])
       assert _row(row_out) == vocab.encode(targets[i])
   assert shapes == set(batches.shapes)
+  assert_rows_are_slices(task, range(batches.batches_per_epoch))  # every bucket's shape
 
 
 def test_epochs_use_each_kept_example_at_most_once_and_drop_long_ones(mocked):
