@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from rpr.records import read_jsonl
+from tests.test_checkpoint import flip_byte
 from tests.test_train import ROOT, _env, compilation_cache, load_state, timeless_records  # noqa: F401 (a fixture)
 
 TINY = ["--config=configs/tiny.py", "--config.eval_every_steps=12", "--config.checkpoint_every_steps=4",
@@ -100,11 +101,14 @@ def test_two_processes_train_as_one_stop_together_and_checkpoints_cross_both_way
   finish(launch([*TINY, "--config.num_train_steps=12"], path, compilation_cache, 1))
   stopped = [int(n) for e in errors for n in re.findall(r"Stopped by signal after step (\d+)", e)]
   assert_same_run(straight, path, 12, stopped)
-  # 1 process to step 8 (the straight run with its last checkpoint removed), then 2 processes on to 12.
+  # 1 process to step 8 (the straight run with its newest checkpoint, 12, damaged), then 2 processes on to 12:
+  # both find step 12 damaged, agree to fall back to step 8 (rpr.checkpoint.agreed) and resume from it.
   path = tmp_path / "one_then_two"
   shutil.copytree(straight, path)
-  shutil.rmtree(path / "checkpoints" / "12")
-  finish(launch([*TINY, "--config.num_train_steps=12"], path, compilation_cache, 2))
+  flip_byte(path / "checkpoints" / "12")
+  errors = finish(launch([*TINY, "--config.num_train_steps=12"], path, compilation_cache, 2))
+  for e in errors:
+    assert re.search(r"resuming from step 8\b", e) and "Resumed from the checkpoint of step 8" in e, e[-3000:]
   assert_same_run(straight, path, 12)
 
 
