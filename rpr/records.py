@@ -47,8 +47,8 @@ def rewind_jsonl(path: str, step: int) -> tuple[list[dict], int]:
 def dedupe(records: list[dict]) -> list[dict]:
   """The records a run that resumed after a kill means: each step's metrics once, the later run's.
 
-  Files written before restarts rewound them (:func:`rewind_jsonl`) may hold
-  a resumed run's records after those of the run it replaced. A record whose
+  A file that was not rewound at a restart (:func:`rewind_jsonl`) may hold a
+  resumed run's records after those of the run it replaced. A record whose
   step is below the previous one's, or that repeats a metric of its step,
   starts a restart: the records at and past its step are dropped first.
   """

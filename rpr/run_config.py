@@ -279,12 +279,12 @@ def _flat(tree: dict, prefix: str = "") -> dict:
 
 
 def migrate(recorded: dict) -> dict:
-  """A recorded config (``config.json``) in today's shape: each scheme's options in ``model.<scheme>``.
+  """A recorded config (``config.json``) in the shape this module reads: each scheme's options in ``model.<scheme>``.
 
-  Runs recorded before the options moved kept every scheme's options in one
-  dict, ``model.position_options``; each goes to the scheme that declares it.
-  An option a record lacks (added since) is set to its default, as the run
-  ran with it.
+  Options held in one dict for every scheme, ``model.position_options``, go
+  each to the scheme that declares it (``model.<scheme>`` wins where both give
+  one). An option a record lacks is set to its default, which is how a run
+  without that option ran.
   """
   model = recorded.get("model")
   if not isinstance(model, dict):
@@ -303,7 +303,7 @@ def migrate(recorded: dict) -> dict:
 
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
-  """The config a run in ``workdir`` recorded (``config.json``), in today's shape (:func:`migrate`)."""
+  """The config a run in ``workdir`` recorded (``config.json``), in the shape this module reads (:func:`migrate`)."""
   with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
     return ml_collections.ConfigDict(migrate(json.load(f)["config"]))
 

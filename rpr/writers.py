@@ -1,7 +1,7 @@
 """Metric writers of a run: JSON lines in ``workdir/metrics.jsonl`` and TensorBoard events in the workdir.
 
 Only process 0 writes files (the other hosts of a multi-host run write nothing). The TensorBoard events are
-clu's ``SummaryWriter``, which imports TensorFlow (about 6 s on 2 CPU cores), so clu is imported only when a
+clu's ``SummaryWriter``, which imports TensorFlow (seconds of start-up), so clu is imported only when a
 run asks for events (``config.tensorboard``); ``metrics.jsonl`` alone needs neither.
 """
 

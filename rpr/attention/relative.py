@@ -14,11 +14,10 @@ With relative distance ``rel[i, j] = j - (i + offset)`` and clipping distance
 They are each other's transpose, so each one's gradient is the other: no
 scatter and no ``[q, k_len, head_dim]`` tensor is ever formed, and the extra
 work is O(q k head_dim) for the small tables plus elementwise passes over the
-logits. On XLA's CPU backend those passes are not fused into the softmax (its
-library fusion of dot + softmax takes no gathers), so the dense path still pays
-about one logits-sized buffer per map; :mod:`rpr.attention.chunked` avoids that by
-adding the out-of-band buckets as per-row constants and calling these maps
-only on the blocks that the band crosses.
+logits. Where the compiler does not fuse those passes into the softmax, the
+dense path holds about one logits-sized buffer per map; :mod:`rpr.attention.chunked`
+avoids that by adding the out-of-band buckets as per-row constants and calling
+these maps only on the blocks that the band crosses.
 """
 
 from __future__ import annotations
@@ -55,14 +54,11 @@ def _float0_like(x):
   return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
 
 
-# Both maps are written so that XLA fuses them into their neighbours instead
-# of materialising index arrays. ``jnp.take_along_axis`` builds its indices as
-# an explicit ``[..., q, k_len, ndim]`` int32 tensor (4x the logits for
-# [b, h, q, k]); a gather from the flattened operand needs only one
-# coordinate, computed from iotas inside the fusion. Masked row sums are one
-# variadic reduce, which XLA's CPU backend emits as a single fused pass (a
-# plain ``sum(where(...))`` gets split off into a separate library reduction
-# that first writes the masked copy to memory).
+# Both maps are written so that no index array and no masked copy is
+# materialised: a gather from the flattened operand needs only one coordinate,
+# computed from iotas where it is used (``jnp.take_along_axis`` would take an
+# explicit ``[..., q, k_len, ndim]`` int32 index tensor), and the masked row
+# sums are one variadic reduce, which fuses with its masks into one pass over ``p``.
 
 _INT32_LIMIT = 2 ** 31 - 1
 

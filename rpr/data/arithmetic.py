@@ -262,9 +262,8 @@ class ArithmeticTask:
     Records are serialised ``tf.train.Example`` protos and are parsed here
     with TFDS's own copy of the proto (``tensorflow_datasets.proto``) rather
     than through ``as_data_source``'s deserialisers: TFDS's per-record decode
-    into dicts of numpy bytes is ~3x slower in bulk, and its "no decode"
-    option imports TensorFlow (~5 s and a large resident footprint in a JAX
-    process). Nothing here, generation included, imports TensorFlow.
+    into dicts of numpy bytes is slower in bulk, and its "no decode" option
+    imports TensorFlow. Nothing here, generation included, imports TensorFlow.
     """
     if split not in self._sources:
       self._sources[split] = self.builder.as_data_source(
@@ -313,8 +312,8 @@ class ArithmeticTask:
     if split not in self._arrays and key in _SPLIT_CACHE:
       self._arrays[split] = _SPLIT_CACHE[key]
     if split not in self._arrays:
-      # In chunks: parsing 2M protos at once peaks at ~3 GB; each chunk's
-      # read pays array_record's fixed per-call cost once, negligible here.
+      # In chunks, so that memory holds one chunk's parsed protos rather than the whole split's; each
+      # chunk is one read of the data source.
       n, chunk = self.num_examples(split), 1 << 16
       parts = [self._batch(*self.read_texts(split, range(a, min(a + chunk, n)))) for a in range(0, n, chunk)]
       self._arrays[split] = tuple(
