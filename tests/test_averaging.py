@@ -28,6 +28,7 @@ def averaged(tmp_path_factory):
   return path, out, scored
 
 
+@pytest.mark.slow
 def test_the_final_evaluation_scores_the_mean_of_the_last_checkpoints_and_training_resumes_unaveraged(averaged,
                                                                                                     tmp_path):
   path, out, scored = averaged

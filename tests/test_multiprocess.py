@@ -84,6 +84,7 @@ def straight(tmp_path_factory, compilation_cache):
   return path
 
 
+@pytest.mark.slow
 def test_two_processes_train_as_one_stop_together_and_checkpoints_cross_both_ways(straight, tmp_path,
                                                                                    compilation_cache):
   # 2 processes; SIGTERM to one of them after the first record stops both with a checkpoint (exit status 3),
@@ -112,6 +113,7 @@ def test_two_processes_train_as_one_stop_together_and_checkpoints_cross_both_way
   assert_same_run(straight, path, 12)
 
 
+@pytest.mark.slow
 def test_a_language_model_trains_in_two_processes_as_in_one_and_its_vocabulary_is_made_once(tmp_path,
                                                                                             compilation_cache):
   # The decoder-only LM on a small corpus of our own: its TFDS data made here, its vocabulary left to the run.

@@ -273,6 +273,7 @@ def test_missing_dataset_key_and_batch_not_divisible_by_devices():
     run_config.validate(tiny_config(batch_size=6), num_devices=3)
 
 
+@pytest.mark.slow
 def test_every_config_file_validates_and_run_py_trains_with_overrides(tmp_path, compilation_cache):
   for path in sorted((ROOT / "configs").glob("*.py")):
     if path.stem in ("__init__", "base"):

@@ -139,6 +139,7 @@ def test_tiny_variant_trains_decodes_with_beam_search_and_scores_bleu_on_raw_ref
   assert {"validation/loss", "validation/accuracy", "validation/exact_match"} <= results.keys()
 
 
+@pytest.mark.slow
 def test_the_documented_tiny_command_runs_offline_on_mock_data(tmp_path):
   """`run.py --config=configs/wmt14_ende.py:tiny` trains and evaluates without a download (it used to hang).
 

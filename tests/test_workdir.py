@@ -257,7 +257,7 @@ def straight(tmp_path_factory, compilation_cache):
   return path, time.time() - t0
 
 
-
+@pytest.mark.slow
 @hypothesis.settings(max_examples=1, deadline=None, derandomize=True,
                      suppress_health_check=list(hypothesis.HealthCheck))
 @hypothesis.example(when=0.4, how=signal.SIGKILL)  # mid-training, near a save (SIGTERM mid-run: test_train.py)

@@ -175,6 +175,7 @@ def test_real_wheel_counts(tmp_path):
                                         "In the beginning God created the heaven and the earth.")
 
 
+@pytest.mark.slow
 def test_translation_config_variants_validate_and_tiny_runs_end_to_end(tmp_path, wheel, data_dir):
   from configs import translation
   from rpr import run_config, train

@@ -152,6 +152,7 @@ def test_report_holds_each_group_to_its_ceiling(tmp_path):
   assert saved == {g.label: g.cells["ceiling"] for g in groups}  # the ceiling column records each group's view
 
 
+@pytest.mark.slow
 def test_run_py_default_compares_two_schemes_end_to_end(tmp_path):
   """`python run.py` itself, on 200 single-digit examples and 3 steps: two trainings, then the report."""
   flags = [f"--workdir={tmp_path / 'runs'}", "--config.arithmetic_config=n10_addsub",
