@@ -288,6 +288,7 @@ def test_every_config_file_validates_and_run_py_trains_with_overrides(tmp_path, 
   saved = json.loads((workdir / "config.json").read_text())
   assert saved["model_config"]["dropout_rate"] == 0.1 and saved["config"]["num_train_steps"] == 2
   assert "step 2/2: loss" in proc.stderr
+  assert list(workdir.glob("events.out.tfevents.*"))  # config.tensorboard is on by default
 
 
 def test_a_newly_registered_scheme_trains_through_the_engine(tmp_path):

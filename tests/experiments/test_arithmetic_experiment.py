@@ -159,7 +159,8 @@ def test_run_py_default_compares_two_schemes_end_to_end(tmp_path):
            f"--config.data_dir={tmp_path / 'tfds'}", "--config.batch_size=16", "--config.eval_batch_size=20",
            "--config.num_train_steps=3", "--config.warmup_steps=1", "--config.log_every_steps=3",
            "--config.model.d_model=16", "--config.model.num_heads=2", "--config.model.d_ff=32",
-           "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1"]
+           "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
+           "--config.tensorboard=False"]  # events: test_train.py's run.py test
   run = lambda: subprocess.run([sys.executable, "run.py", *flags], cwd=ROOT, capture_output=True, text=True,
                                env={**os.environ, "JAX_PLATFORMS": "cpu"})
   first = run()
