@@ -120,23 +120,56 @@ def test_every_checkpoint_has_checksums_that_verify(runs):
       subprocess.run(["sha256sum", "--check", "--quiet", checkpoint.CHECKSUMS], cwd=step_dir, check=True)
 
 
+def abstract_state(workdir, step):
+  """The TrainState tree of a saved step as ShapeDtypeStructs on this process's first device."""
+  meta = checkpoint.ocp.StandardCheckpointer().metadata(str(workdir / "checkpoints" / str(step) / "default"))
+  here = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  return jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here),
+                                getattr(meta.item_metadata, "tree", meta.item_metadata))
+
+
+def assert_damage_reported(damage, workdir, warnings):
+  if damage is unfinished_save:  # never a step to orbax: reported, left where it is
+    assert any("step 6" in w and "unfinished save" in w for w in warnings), warnings
+    assert (workdir / "checkpoints" / UNFINISHED / "default").is_dir()
+  else:  # reported by step and path, then moved aside, where no clean-up deletes it
+    path = workdir / "checkpoints" / "6"
+    assert any(w.startswith(f"Checkpoint of step 6 in {path} does not restore") for w in warnings), warnings
+    assert any("resuming from step 4" in w and "step 6" in w for w in warnings), warnings
+    assert (workdir / "checkpoints" / "corrupt" / "6" / "default").is_dir()
+
+
+# Every kind of damage at the restore; two of them (the two ways it is reported) through a whole resumed run.
 @pytest.mark.parametrize("damage", DAMAGE, ids=[d.__name__ for d in DAMAGE])
-def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one_and_is_kept(runs, tmp_path, caplog, damage):
+def test_a_damaged_newest_checkpoint_is_passed_over_for_the_previous_one_and_kept(runs, tmp_path, caplog, damage):
+  workdir = copy_of_six(runs, tmp_path)
+  abstract = abstract_state(workdir, 4)
+  damage(workdir / "checkpoints" / "6")
+  ckpt = checkpoint.Checkpoints(str(workdir / "checkpoints"), every=2, keep=2)
+  try:
+    with caplog.at_level(logging.WARNING):
+      state = ckpt.restore(abstract)
+  finally:
+    ckpt.close()
+  assert int(state["step"] if isinstance(state, dict) else state.step) == 4
+  want = load_state(runs / "six", 4)
+  got = {jax.tree_util.keystr(k): np.asarray(v) for k, v in jax.tree_util.tree_leaves_with_path(state)}
+  assert got.keys() == want.keys()
+  for k in want:
+    np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+  assert_damage_reported(damage, workdir, [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING])
+
+
+@pytest.mark.parametrize("damage", [truncate, unfinished_save], ids=["truncate", "unfinished_save"])
+def test_a_run_resumed_past_a_damaged_checkpoint_ends_as_a_straight_run_and_saves_the_step_again(runs, tmp_path,
+                                                                                                 caplog, damage):
   workdir = copy_of_six(runs, tmp_path)
   damage(workdir / "checkpoints" / "6")
   with caplog.at_level(logging.WARNING):
     out = train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
   assert out["step"] == 8
   assert_same_state(runs / "straight", workdir)
-  warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-  if damage is unfinished_save:  # never a step to orbax: reported, left where it is
-    assert any("step 6" in w and "unfinished save" in w for w in warnings), warnings
-    assert (workdir / "checkpoints" / UNFINISHED / "default").is_dir()
-  else:  # reported by step and path, then moved aside: step 6 is saved again, and no clean-up deletes it
-    path = workdir / "checkpoints" / "6"
-    assert any(w.startswith(f"Checkpoint of step 6 in {path} does not restore") for w in warnings), warnings
-    assert any("resuming from step 4" in w and "step 6" in w for w in warnings), warnings
-    assert (workdir / "checkpoints" / "corrupt" / "6" / "default").is_dir()
+  assert_damage_reported(damage, workdir, [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING])
   assert sorted(p.name for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == ["6", "8"]  # keep 2
 
 
