@@ -1,7 +1,7 @@
 """Attention cost per position scheme: forward + backward time and peak memory, as ratios to plain attention.
 
-    python -m experiments.bench_attention                 # full run (~1 h on 2 CPU cores)
-    python -m experiments.bench_attention --quick         # smoke run (~1 min)
+    python -m experiments.bench_attention                 # full run
+    python -m experiments.bench_attention --quick         # smoke run: tiny shapes, two lengths
     python -m experiments.bench_attention --report_only --out DIR   # README.md again from DIR/results.json
 
 What is measured and how: :mod:`experiments.bench.attention` (the flags are

@@ -28,9 +28,8 @@ def peak_bytes(compiled) -> dict[str, int]:
   the backward pass included, with buffers whose lifetimes do not overlap
   sharing bytes) and ``generated_code_size_in_bytes``. Its
   ``peak_memory_in_bytes`` is recorded (``xla_peak_memory_in_bytes``) but not
-  used: on XLA:CPU it leaves out the temp block (a jitted ``exp(x @ x.T)``
-  with 4 MB of temps reports only its 0.26 MB of arguments), so it would hide
-  exactly the O(L^2) tensors the benchmarks look for.
+  used: on XLA:CPU it leaves out the temp block, so it would hide exactly the
+  O(L^2) tensors the benchmarks look for.
 
   Returns:
     ``temp``, ``argument``, ``output``, ``alias``, ``generated_code``, ``xla_peak_memory_in_bytes`` (-1 where

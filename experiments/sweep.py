@@ -20,8 +20,7 @@ sweep is done the command of its report is printed.
 
 ``--workers N`` first makes the files the runs share (generated data,
 vocabulary; ``rpr.data.prepare``), then trains N runs at once, each worker a single-threaded process
-taking every N-th run (on 2 cores, 2 single-threaded runs beat 1
-two-threaded run, and a single-threaded run's numbers do not depend on the
+taking every N-th run (a single-threaded run's numbers do not depend on the
 machine's load: XLA's multi-threaded reductions may sum in another order).
 SIGTERM or Ctrl-C stops every run after its current step (each saves a
 checkpoint) and ends the whole sweep with exit status 3; the same command

@@ -126,8 +126,8 @@ def test_a_language_model_trains_in_two_processes_as_in_one_and_its_vocabulary_i
   corpus.mkdir()
   sotu.prepare(str(data_dir), str(corpus), test_sotu.make_tarball(corpus))
   lm = ["--config=configs/lm.py:tiny", f"--config.data_dir={data_dir}", f"--config.corpus_dir={corpus}",
-        "--config.lm_context_length=8", "--config.batch_size=8", "--config.num_train_steps=6",
-        "--config.log_every_steps=2", "--config.checkpoint_every_steps=3", "--config.keep_checkpoints=2",
+        "--config.lm_context_length=8", "--config.batch_size=8", "--config.num_train_steps=24",
+        "--config.log_every_steps=4", "--config.checkpoint_every_steps=8", "--config.keep_checkpoints=2",
         "--config.tensorboard=False"]
   errors = finish(launch(lm, tmp_path / "two", compilation_cache, 2))
   assert ["Training a 1000-piece SentencePiece vocabulary" in e for e in errors] == [True, False], errors[1][-2000:]
@@ -135,4 +135,4 @@ def test_a_language_model_trains_in_two_processes_as_in_one_and_its_vocabulary_i
   for i, e in enumerate(errors):  # each process builds the rows of its own 2 devices only
     assert f"Process {i} builds rows {4 * i}:{4 * i + 4} of 8 of training batch 0" in e, e[-2000:]
   finish(launch(lm, tmp_path / "one", compilation_cache, 1))
-  assert_same_run(tmp_path / "one", tmp_path / "two", 6)
+  assert_same_run(tmp_path / "one", tmp_path / "two", 24)

@@ -109,7 +109,7 @@ def measure(s: Settings, position: str, implementation: str, length: int, top: i
   t0 = time.perf_counter()
   lowered = jax.jit(step, donate_argnums=0).lower(state, batch)  # donated as in rpr.train
   # LLVM's optimisation level only changes the machine code; the HLO passes and the buffer assignment
-  # behind memory_analysis() are the same (identical estimates checked at L = 256 and 8192).
+  # behind memory_analysis() are the same, so the estimate does not depend on --fast_compile.
   compiled = lowered.compile({"xla_backend_optimization_level": 0} if s.fast_compile else None)
   entry = {"position": position, "implementation": implementation, "length": length, "batch": s.batch,
            "compile_s": round(time.perf_counter() - t0, 2), "memory": machine.peak_bytes(compiled),
