@@ -11,6 +11,11 @@ tokenisation, and chrF, against the raw English references):
   nearest is the largest dot product, ties to the earliest training verse.
 - ``copy``: the French source itself, as the English output.
 
+Both also on ``test_long``, the split of ``translation_short`` (train short,
+test long): the test verses with more than ``TRANSLATION_SHORT`` source
+pieces, retrieved from the training verses with at most that many, which
+are all that sweep's models train on.
+
 Language model (``sotu``, the same SentencePiece tokens as ``configs/lm.py``):
 an interpolated Kneser-Ney n-gram model (``experiments/ngram.py``) counted on
 the training addresses, scored on every held-out token in the models'
@@ -39,6 +44,7 @@ from absl import flags
 from experiments import columns
 from experiments import ngram
 from experiments import render
+from experiments.sweeps import TRANSLATION_SHORT
 from rpr import metrics
 from rpr import tokens
 
@@ -57,20 +63,19 @@ def nearest_by_tfidf(train_sources: Sequence[str], queries: Sequence[str]) -> np
 
 
 def translation(data_dir: str, corpus_dir: str) -> dict:
-  """BLEU and chrF on the validation and test books of the retrieval and copy baselines (raw texts only)."""
+  """BLEU and chrF of the retrieval and copy baselines on the validation and test books, and on test_long from
+  the short training verses (raw texts; the pieces that count a verse's length are configs/translation.py's)."""
+  from configs import translation as translation_config
   from rpr.data import bible
-  from rpr.data import corpus
 
-  builder = bible.prepare(data_dir, corpus_dir)
-  texts = {}
-  for split in bible.SPLITS:
-    records = corpus.read_split(builder, split)
-    texts[split] = [r["fr"] for r in records], [r["en"] for r in records]
-  train_fr, train_en = texts["train"]
+  config = translation_config.get_config(f"short={TRANSLATION_SHORT}")
+  config.update(dict(data_dir=data_dir, corpus_dir=corpus_dir))
+  short = bible.from_config(config)
   out = {}
-  for split in ("validation", "test"):
-    fr, en = texts[split]
-    outputs = {"retrieval": [train_en[i] for i in nearest_by_tfidf(train_fr, fr)], "copy": list(fr)}
+  for split, training in (("validation", short.texts["train"]), ("test", short.texts["train"]),
+                          ("test_long", short.train_texts())):
+    fr, en = short.split_texts(split)
+    outputs = {"retrieval": [training[1][i] for i in nearest_by_tfidf(training[0], fr)], "copy": list(fr)}
     for name, hypotheses in outputs.items():
       out.setdefault(name, {})[split] = {"bleu": metrics.bleu(hypotheses, en), "chrf": metrics.chrf(hypotheses, en),
                                          "verses": len(en)}
@@ -155,8 +160,9 @@ def write(data: dict, out: str) -> None:
   with open(os.path.join(out, "baselines.json"), "w") as f:
     json.dump(data, f, indent=1)
   t = data["translation"]
-  rows = [[name, f"{t[name]['test']['bleu']:.2f}", f"{t[name]['test']['chrf']:.2f}",
-           f"{t[name]['validation']['bleu']:.2f}"] for name in t]
+  rows = [[name, *(f"{t[name][split][m]:.2f}" for split, m in (("test", "bleu"), ("test", "chrf"), ("validation", "bleu"),
+                                                                 ("test_long", "bleu"), ("test_long", "chrf")))]
+          for name in t]
   lm_data = data["lm"]
   splits = list(next(iter(lm_data["orders"].values()))["splits"])
   lm_rows = [[("**" + o + "**") if o == lm_data["chosen_order"] else o,
@@ -164,8 +170,11 @@ def write(data: dict, out: str) -> None:
   lines = ["# Baselines for the real-text tables", "", f"Command: `{data['command']}`  ", f"Date: {data['date']}", "",
            "What each baseline is: `experiments/baselines.py` (its docstring is the definition).", "",
            f"## Translation, Bible French -> English (test books: {t['retrieval']['test']['verses']:,} verses)", "",
-           render.markdown_table(("baseline", "test BLEU", "test chrF", "validation BLEU"), rows,
-                                 ["---"] + [render.RIGHT] * 3), "",
+           render.markdown_table(("baseline", "test BLEU", "test chrF", "validation BLEU", "test_long BLEU",
+                                  "test_long chrF"), rows, ["---"] + [render.RIGHT] * 5), "",
+           f"test_long: the {t['retrieval']['test_long']['verses']:,} test verses of more than {TRANSLATION_SHORT} "
+           f"source pieces, retrieved from the training verses of at most {TRANSLATION_SHORT} (`translation_short`).",
+           "",
            "## Language model, State of the Union (per-token perplexity, the models' windows)", "",
            f"Interpolated Kneser-Ney counted on {lm_data['train_tokens']:,} training tokens; the order in bold has "
            "the lowest validation perplexity and is the baseline of the LM tables.", "",

@@ -162,6 +162,7 @@ class BibleTask(TranslationTask):
     self.train_max_source_tokens = train_max_source_tokens
     if train_max_source_tokens is not None:
       fr, en = self._by_source_length(fr, en, vocab, longer=False)
+    self._train_texts = fr, en
     super().__init__(vocab, tokenize_pairs([(fr, en)], vocab), tokens_per_batch=tokens_per_batch,
                      max_length=max_length, bucket_boundaries=bucket_boundaries,
                      batch_multiple=batch_multiple, seed=seed, eval_batch_size=eval_batch_size)
@@ -170,6 +171,10 @@ class BibleTask(TranslationTask):
     """The pairs whose source has more (``longer``) or at most ``train_max_source_tokens`` pieces."""
     keep = [(len(ids) > self.train_max_source_tokens) == longer for ids in vocab.encode_batch(fr)]
     return [s for s, k in zip(fr, keep) if k], [t for t, k in zip(en, keep) if k]
+
+  def train_texts(self) -> tuple[list[str], list[str]]:
+    """The raw (source texts, target texts) of the pairs this task trains on, in stored order."""
+    return self._train_texts
 
   def split_texts(self, split: str) -> tuple[list[str], list[str]]:
     if split == "test_long":

@@ -155,6 +155,11 @@ def test_train_short_test_long(data_dir, wheel):
   train_lengths = task.train.source_lengths
   assert train_lengths.max() <= n < full.train.source_lengths.max()
   assert len(task.train) == int((full.train.source_lengths <= n).sum())
+  fr, en = task.train_texts()  # the raw texts of exactly the pairs it trains on, in stored order
+  t = task.train
+  assert [task.vocab.encode(s) for s in fr] == [t.source_ids[a:b].tolist() for a, b in
+                                                zip(t.source_offsets[:-1], t.source_offsets[1:])]
+  assert full.train_texts() == full.texts["train"] and len(en) == len(fr) == len(task.train)
   long = task.sources("test_long")
   assert long and all(len(task.vocab.encode(s)) > n for s in long)
   assert len(long) == sum(k > n for k in lengths)
