@@ -160,9 +160,8 @@ def write(data: dict, out: str) -> None:
   with open(os.path.join(out, "baselines.json"), "w") as f:
     json.dump(data, f, indent=1)
   t = data["translation"]
-  rows = [[name, *(f"{t[name][split][m]:.2f}" for split, m in (("test", "bleu"), ("test", "chrf"), ("validation", "bleu"),
-                                                                 ("test_long", "bleu"), ("test_long", "chrf")))]
-          for name in t]
+  cells = (("test", "bleu"), ("test", "chrf"), ("validation", "bleu"), ("test_long", "bleu"), ("test_long", "chrf"))
+  rows = [[name, *(f"{t[name][split][m]:.2f}" for split, m in cells)] for name in t]
   lm_data = data["lm"]
   splits = list(next(iter(lm_data["orders"].values()))["splits"])
   lm_rows = [[("**" + o + "**") if o == lm_data["chosen_order"] else o,
