@@ -106,26 +106,13 @@ class _Run:
   records: list  # metrics.jsonl up to the restored step, then what this run writes (process 0; [] elsewhere)
 
 
-def _build_task(config, workdir: str, num_devices: int):
-  """The run's task. With several processes, process 0 builds it first, making any files the processes share
-  (generated data, a vocabulary), and the others build theirs after it, from those files: none is made twice,
-  or by two processes at once. (On hosts without a shared file system each host makes its own copy.)"""
-  if jax.process_count() == 1:
-    return data.get_task(config, workdir, num_devices=num_devices)
-  from jax.experimental import multihost_utils
-
-  task = data.get_task(config, workdir, num_devices=num_devices) if jax.process_index() == 0 else None
-  multihost_utils.sync_global_devices("rpr_task_built_by_process_0")
-  return task if task is not None else data.get_task(config, workdir, num_devices=num_devices)
-
-
 def _prepare(config, workdir: str, allow_config_change=(), restore_unverified: bool = False,
              trust_checkpoints: bool = False) -> _Run:
   """Validates, builds the task and model, restores the newest checkpoint that restores (or initialises)."""
   mesh = make_mesh()
   run_config.validate(config, num_devices=mesh.size, workdir=workdir, allow_changes=allow_config_change,
                       trust_checkpoints=trust_checkpoints)
-  task = _build_task(config, workdir, mesh.size)
+  task = data.get_task_once(config, workdir, mesh.size)
   model_config = run_config.model_config(config, task.vocab.size)
   if (model_config.num_encoder_layers == 0) != getattr(task, "is_lm", False):
     raise run_config.ConfigError(

@@ -82,6 +82,34 @@ def get_task(config, workdir: Optional[str] = None, num_devices: int = 1) -> Tas
   return e.factory(config, workdir, num_devices)
 
 
+def get_task_once(config, workdir: Optional[str] = None, num_devices: int = 1) -> Task:
+  """:func:`get_task` for a run of one or more processes. With several, process 0 builds the task first,
+  making any files the processes share (generated data, a vocabulary), and the others build theirs after it,
+  from those files: none is made twice, or by two processes at once. (On hosts without a shared file system
+  each host makes its own copy.) If process 0 fails, it raises its error and every other process a
+  :class:`DataError` saying so, at once."""
+  import jax
+  import numpy as np
+  from jax.experimental import multihost_utils
+
+  if jax.process_count() == 1:
+    return get_task(config, workdir, num_devices)
+
+  task, error = None, None
+  if jax.process_index() == 0:
+    try:
+      task = get_task(config, workdir, num_devices)
+    except Exception as e:  # pylint: disable=broad-except  (passed on below, after the others are told)
+      error = e
+  built = bool(multihost_utils.broadcast_one_to_all(np.int32(error is None)))
+  if error is not None:
+    raise error
+  if not built:
+    raise DataError(f"process 0 could not build data set {config.dataset!r} (its error is in its log); "
+                    f"process {jax.process_index()} stops too")
+  return task if task is not None else get_task(config, workdir, num_devices)
+
+
 def prepare(config) -> bool:
   """Makes the files the runs of ``config`` share, if absent; whether ``config.dataset`` has any to make."""
   e = entry(config.get("dataset"))

@@ -1,5 +1,6 @@
 """rpr.data registry and the synthetic copy/reverse tasks follow the Task protocol."""
 
+import jax
 import ml_collections
 import numpy as np
 import pytest
@@ -55,3 +56,39 @@ def test_decode_stops_at_eos_and_skips_pad_and_bos():
   vocab = CharVocab("ab")  # a = 3, b = 4
   assert vocab.decode([BOS, 3, PAD, 4, EOS, 3, 4]) == "ab"
   assert vocab.decode(np.array([4, 3, 3], np.int32)) == "baa"  # no EOS: everything
+
+
+@pytest.mark.parametrize("process,zero_builds", [(0, True), (0, False), (1, True), (1, False)])
+def test_process_0_builds_the_task_before_the_others_and_its_failure_stops_them_at_once(monkeypatch, process,
+                                                                                      zero_builds):
+  # Two processes, simulated: this one is ``process``; the broadcast carries whether process 0 built the task.
+  from jax.experimental import multihost_utils
+
+  events = []
+
+  def get_task(config, workdir, num_devices):
+    events.append("build")
+    if process == 0 and not zero_builds:
+      raise data.DataError("corpus missing")
+    return "task"
+
+  def broadcast(flag):
+    events.append(f"told {int(flag)}")
+    return np.int32(flag) if process == 0 else np.int32(zero_builds)
+
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  monkeypatch.setattr(jax, "process_index", lambda: process)
+  monkeypatch.setattr(data, "get_task", get_task)
+  monkeypatch.setattr(multihost_utils, "broadcast_one_to_all", broadcast)
+  config = _config("copy")
+  if zero_builds:
+    assert data.get_task_once(config, "w", 4) == "task"
+    assert events == (["build", "told 1"] if process == 0 else ["told 1", "build"])  # process 0 first
+  elif process == 0:
+    with pytest.raises(data.DataError, match="corpus missing"):
+      data.get_task_once(config, "w", 4)
+    assert events == ["build", "told 0"]  # the others are told before this one raises
+  else:
+    with pytest.raises(data.DataError, match="process 0 could not build data set 'copy'.*process 1 stops too"):
+      data.get_task_once(config, "w", 4)
+    assert events == ["told 1"]  # its own flag: it had nothing to build yet; it builds nothing
