@@ -5,7 +5,8 @@ in progress is the point of the plot), in its group's colour, one line per
 seed. Under the plot, per group: its runs, the step each has reached, the
 last value of each metric (mean and range over the runs), and, for runs
 with a plateau rule (``config.plateau_metric``), the step where the rule
-stopped them or "training". Written to ``learning_curves.png``.
+stopped them or "training"; then the runs' training hours. Written to
+``learning_curves.png``.
 """
 
 from __future__ import annotations
@@ -68,7 +69,11 @@ def learning_curves_section(report: columns.Report) -> list[str]:
     rows.append(cells)
   header = ["variant", "runs", "step reached", *(f"{m}, last (mean [min, max])" for m in report.spec.steps),
             "plateau rule"]
+  seconds = [t for t in (run.train_seconds() for run in report.runs) if t is not None]
   return ["![learning curves](learning_curves.png)", "",
           "Every run read, finished or not, at its latest evaluation:", "",
-          render.markdown_table(header, rows), ""]
+          render.markdown_table(header, rows), "",
+          f"Training time of these {len(seconds)} runs, summed from their logged step rates: "
+          f"{sum(seconds) / 3600:.1f} hours, each run on one thread (so as many core-hours); the evaluations are not "
+          "counted, and a step rate taken while other work shared the core counts that wait too.", ""]
 

@@ -38,6 +38,7 @@ from absl import flags
 
 from experiments import arithmetic  # registers the ceiling column and the checks, bounds and attention sections
 from experiments import baselines  # registers the baselines section
+from experiments import budgets  # registers the shorter-budget section
 from experiments import learning_curves  # registers the learning-curves section
 from experiments import paper
 from experiments.spec import ReportSpec
@@ -61,6 +62,8 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
                             "(e.g. test/perplexity, then test_x2/perplexity, ...).", flag_values=fv)
   flags.DEFINE_multi_string("steps", [], "Metrics to draw against the training step in learning_curves.png, one "
                             "line per run (e.g. validation/bleu).", flag_values=fv)
+  flags.DEFINE_multi_string("shorter", [], "Globs of runs of the same cells at a shorter budget, set beside each "
+                            "group with the change and whether it is above the noise floor.", flag_values=fv)
   flags.DEFINE_enum("paper", None, list(paper.TABLES), "The paper's table to print beside the metric.",
                     flag_values=fv)
   flags.DEFINE_multi_enum("bound", [], list(arithmetic.VIEWS),

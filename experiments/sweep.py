@@ -112,13 +112,16 @@ def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) ->
   """``python -m experiments.report <globs> <the sweep's ReportSpec as flags> --out <dir>``.
 
   The globs are the sweep's runs under ``root`` and the other sweeps' runs it shares (``Run.same_as``); the
-  output directory is ``out``, default ``experiments/results/<the sweep's folder>``.
+  runs of its ``shorter`` sweeps are ``--shorter`` globs under ``root``; the output directory is ``out``, default
+  ``experiments/results/<the sweep's folder>``.
   """
   globs = [os.path.join(root, sweep.folder, "*", "*"),
            *(os.path.join(root, sweeps.get(run.split("/")[0]).folder, run.split("/")[1], "*")
              for run in sweep.shared())]
+  shorter = [w for name in sweep.shorter for w in ("--shorter", os.path.join(root, sweeps.get(name).folder, "*", "*"))]
   words = ["python", "-m", "experiments.report", *map(shlex.quote, globs), *map(shlex.quote, sweep.report.args()),
-           "--out", shlex.quote(out or os.path.join("experiments", "results", sweep.folder))]
+           *map(shlex.quote, shorter), "--out",
+           shlex.quote(out or os.path.join("experiments", "results", sweep.folder))]
   return " ".join(words)
 
 

@@ -75,6 +75,7 @@ class Sweep:
   runs: tuple[Run, ...]
   report: ReportSpec  # the sweep's report (experiments.report's flags: ReportSpec.args)
   results: str = ""  # the sweep's folder under the root: its runs and its report ("" for the sweep's name)
+  shorter: tuple[str, ...] = ()  # sweeps with the same cells at a shorter budget, set beside them in the report
 
   @property
   def folder(self) -> str:
@@ -281,7 +282,8 @@ register(Sweep(
     _seeded([Run(f"k={k}", "configs/lm.py", f"pe=shaw,k={k}", _LM_CURVE) for k in (2, 8, 16, 64, 256)]
             + [Run(s, "configs/lm.py", f"pe={s}", _LM_CURVE) for s in ("rope", "alibi", "sinusoidal")],
             seed_major=True),
-    report=dataclasses.replace(LM_REPORT, steps=("validation/perplexity",)), results="lm/curves"))
+    report=dataclasses.replace(LM_REPORT, steps=("validation/perplexity",)), results="lm/curves",
+    shorter=("lm_clipping", "lm_length")))
 
 # Translation learning curves to a plateau. The rule, fixed before the runs: evaluate validation BLEU (greedy)
 # every 500 steps; at a step S >= 10,000 (4x the 2,500-step budget of Tables 1-3), stop when the mean of the last
@@ -304,4 +306,5 @@ register(Sweep(
     "steps): Table 1's schemes, k in 0 1 2 64, a^K alone, a^V alone, a^K alone + sinusoids",
     tuple(Run(name, "configs/translation.py", variant, overrides + TRANSLATION_CURVE, seed=s)
           for s in SEEDS for name, variant, overrides, n in _CURVE_CELLS if s < n),
-    report=dataclasses.replace(TRANSLATION_REPORT, steps=("validation/bleu",)), results="translation/curves"))
+    report=dataclasses.replace(TRANSLATION_REPORT, steps=("validation/bleu",)), results="translation/curves",
+    shorter=("translation_table1", "translation_table2", "translation_table3", "translation_absolute")))

@@ -159,6 +159,7 @@ COVERED_BY = {
     "rpr/tokens.py": "tests/test_predict.py",
     "experiments/arithmetic.py": "tests/experiments/test_arithmetic_experiment.py",
     "experiments/attention_maps.py": "tests/experiments/test_arithmetic_experiment.py",
+    "experiments/budgets.py": "tests/experiments/test_noise.py",
     "experiments/bench/attention.py": "tests/experiments/test_bench_attention.py",
     "experiments/bench/attention_readme.py": "tests/experiments/test_bench_attention.py",
     "experiments/bench/hlo.py": "tests/experiments/test_bench_memory.py",

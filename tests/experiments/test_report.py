@@ -240,7 +240,8 @@ def test_a_record_from_before_a_position_option_existed_groups_with_its_default(
 
 
 def test_steps_draws_every_run_against_the_step_and_says_where_each_stands(tmp_path):
-  curve = lambda end, scale: [{"step": s, "validation/loss": scale / s} for s in range(100, end + 1, 100)]
+  curve = lambda end, scale: [{"step": s, "validation/loss": scale / s, "train/steps_per_sec": 0.1}
+                              for s in range(100, end + 1, 100)]
   for seed in (0, 1):  # finished, one stopped by its plateau rule
     records = curve(400, 1 + seed) + [{"step": 400, "test/loss": 0.5 + seed}]
     if seed:
@@ -259,3 +260,5 @@ def test_steps_draws_every_run_against_the_step_and_says_where_each_stands(tmp_p
   # k = 2: 2 runs at step 400, last validation loss 1/400 and 2/400; one stopped by its rule.
   assert "| 2 | 400 | 0.00 [0.00, 0.01] | stopped at 400, training |" in rows["k=2"]
   assert "| 1 | 200 | 0.01 [0.01, 0.01] | training |" in rows["k=8"]
+  # 400 + 400 + 200 steps at 0.1 steps/s: 10,000 s.
+  assert "Training time of these 3 runs, summed from their logged step rates: 2.8 hours" in table

@@ -204,6 +204,10 @@ def test_report_command_reads_the_shared_runs_into_the_committed_directory():
   assert words[3:5] == ["'experiments/results/translation/table3/*/*'",
                         "'experiments/results/translation/table1/shaw/*'"]
   assert words[-2:] == ["--out", "experiments/results/translation/table3"]
+  # The learning curves read their cells at the shorter budget from the sweeps that trained them.
+  words = sweep_lib.report_command(sweeps.get("lm_curves"), "experiments/results").split()
+  assert words[-6:-2] == ["--shorter", "'experiments/results/lm/clipping/*/*'",
+                          "--shorter", "'experiments/results/lm/length/*/*'"]
 
 
 def test_prepare_data_makes_each_data_config_once_before_the_workers_start(monkeypatch):

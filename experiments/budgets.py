@@ -1,0 +1,92 @@
+"""A report's groups beside the same configs trained for a shorter budget (``ReportSpec.shorter``).
+
+A run of the shorter budget is the same cell when its config equals the
+group's but for :data:`BUDGET_KEYS` (how long it trained, how often and how
+it was evaluated, checkpointing) and the seed. Per group the section shows
+the report's metric at both budgets (mean [min, max] over the seeds), the
+change of the means, and whether the two seed ranges are apart by more than
+the noise floor of the data set's metric (``experiments.noise``): a change
+is "not separated" otherwise. The paper's number for the cell is set beside
+it where Shaw et al. have one (:func:`experiments.paper.cell`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from experiments import baselines
+from experiments import columns
+from experiments import noise
+from experiments import paper
+from experiments import render
+from experiments import runs as runs_lib
+from rpr import run_config
+
+BUDGET_KEYS = ("seed", "num_train_steps", "eval_every_steps", "eval_splits", "final_eval_splits", "decode_method",
+               "final_decode_method", "checkpoint_every_steps", "keep_checkpoints", "log_every_steps", "tensorboard",
+               *run_config.PLATEAU_KEYS)
+
+
+def cell(config: dict) -> str:
+  """What a config trains, without its budget: equal for one cell at any budget."""
+  return runs_lib.canonical({k: v for k, v in config.items() if k not in BUDGET_KEYS})
+
+
+def separation(a: Sequence[float], b: Sequence[float], floor: Optional[float], lower_is_better: bool) -> str:
+  """Whether the values ``a`` are apart from ``b`` by more than ``floor``: "a better by g", "a worse by g" (g the
+  gap between the two ranges), or "not separated" (also when there is no floor to hold them to)."""
+  gap_up, gap_down = min(a) - max(b), min(b) - max(a)  # a's range above b's, or below it
+  gap = max(gap_up, gap_down)
+  if floor is None or gap <= floor:
+    return "not separated"
+  better = (gap_up > 0) != lower_is_better
+  return f"{'better' if better else 'worse'} by {gap:.2f}"
+
+
+def _spread(values: Sequence[float], digits: int) -> str:
+  s = runs_lib.spread(values)
+  return f"{s['mean']:.{digits}f}" if s["n"] == 1 else f"{s['mean']:.{digits}f} [{s['min']:.{digits}f}, " \
+                                                       f"{s['max']:.{digits}f}]"
+
+
+def rows(report: columns.Report) -> list[list[str]]:
+  metric, digits = report.spec.metric, report.digits
+  shorter = runs_lib.load_runs(report.spec.shorter)
+  floors = noise.read_floor()
+  out = []
+  for g in report.groups:
+    short = [(r, p) for r in shorter if cell(r.config) == cell(g.config) and (p := r.last(metric)) is not None]
+    floor = floors.get(g.config.get("dataset"), {}).get(metric)
+    cells = [g.label, f"{len(g.values)}", runs_lib.step_range([s for s, _ in g.points]), _spread(g.values, digits)]
+    if short:
+      values = [v for _, (_, v) in short]
+      cells += [f"{len(short)}", runs_lib.step_range([s for _, (s, _) in short]), _spread(values, digits),
+                f"{runs_lib.spread(g.values)['mean'] - runs_lib.spread(values)['mean']:+.{digits}f}",
+                separation(g.values, values, floor, baselines.lower_is_better(metric))]
+    else:
+      cells += ["0", "-", "-", "-", "-"]
+    if _bleu(report):
+      found = paper.cell(g.config)
+      cells.append("-" if found is None else f"{found[1]:.1f} ({found[0].replace('table', 'T')})")
+    out.append(cells)
+  return out
+
+
+def _bleu(report: columns.Report) -> bool:
+  return report.spec.metric.endswith("/bleu")
+
+
+@columns.section("budgets", order=4, shown=lambda report: bool(report.spec.shorter), reads=("shorter",))
+def budgets_section(report: columns.Report) -> list[str]:
+  """Each group beside its cell at the shorter budget, and whether the change is above the noise floor."""
+  metric = report.spec.metric
+  floors = {d: ms[metric] for d, ms in noise.read_floor().items() if metric in ms}
+  floor_text = ", ".join(f"{v:.2f} ({d})" for d, v in sorted(floors.items())) or "none measured"
+  header = ["variant", "runs", "step", f"{metric}", "shorter: runs", "step", f"{metric}", "change of means",
+            "this budget against the shorter", *(["paper (BLEU, table)"] if _bleu(report) else [])]
+  paper_text = (" The paper's BLEU is that of the one table that varies what the cell varies: T1 newstest2014, "
+                "T2 and T3 newstest2013." if _bleu(report) else "")
+  return [f"At this budget and at the shorter one (the same cells in the runs of {', '.join(report.spec.shorter)}; "
+          f"mean [min, max] over seeds). A change counts only when the two ranges are apart by more than the "
+          f"noise floor of {metric}: {floor_text} (`experiments/results/noise/`).{paper_text}", "",
+          render.markdown_table(header, rows(report), ["---"] + [render.RIGHT] * (len(header) - 1)), ""]

@@ -1,0 +1,160 @@
+"""The noise floor: committed runs retrained with the same config and seed under another floating-point order.
+
+A retrained run lives at ``<noise>/<cell>/<order>/<seed>`` (the orders:
+``same`` flags on this machine, ``devices2``, ``threads2``; see the folder's
+README). Its committed twin is found, not named: the run under the results
+root whose config, seed included, equals its own. The spread of a cell is
+max - min over the twin and every finished retraining; the floor of a data
+set's metric is the largest spread of its cells. Beside each spread is the
+cell's seed range (its committed group), which a floor is read against.
+
+Writes ``floor.md`` and ``floor.json`` (``{dataset: {metric: floor}}``, read
+by the reports' budget section, ``experiments.budgets``).
+
+Command: ``python -m experiments.noise``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Optional, Sequence
+
+from absl import app
+from absl import flags
+
+from experiments import render
+from experiments import runs as runs_lib
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+NOISE = os.path.join(RESULTS, "noise")
+FLOOR_FILE = os.path.join(NOISE, "floor.json")
+ORDERS = ("same", "devices2", "threads2")
+METRICS = {"bible_fr_en": ("test/bleu",),
+           "sotu": ("test/perplexity", "test_x2/perplexity", "test_x4/perplexity", "test_x8/perplexity")}
+_SKIP = ("noise", "curves")  # result folders that are not committed twins: these runs, and the longer budgets
+
+
+def committed_runs(root: str = RESULTS) -> list[runs_lib.RunRecord]:
+  """Every run under ``root`` (``<area>/<sweep>/<variant>/<seed>``) but the noise runs and the curves."""
+  return [r for r in runs_lib.load_runs([os.path.join(root, "*", "*", "*", "*")])
+          if not any(part in _SKIP for part in os.path.relpath(r.workdir, root).split(os.sep))]
+
+
+def twin(run: runs_lib.RunRecord, committed: Sequence[runs_lib.RunRecord]) -> runs_lib.RunRecord:
+  """The committed run with ``run``'s config (seed included).
+
+  Raises:
+    ValueError: if none has it, or several do.
+  """
+  key = runs_lib.canonical(run.config)
+  found = [r for r in committed if runs_lib.canonical(r.config) == key]
+  if len(found) != 1:
+    raise ValueError(f"{run.workdir}: {len(found)} committed runs have its config (seed included), "
+                     f"{[r.workdir for r in found]}; allowed: exactly one")
+  return found[0]
+
+
+def cells(noise: str = NOISE, root: str = RESULTS) -> list[dict]:
+  """Per retrained cell: its twin, its retrainings by order, its committed seeds, the data set's metrics."""
+  committed = committed_runs(root)
+  out = []
+  for cell in sorted(os.listdir(noise)):
+    reruns = {o: runs_lib.load_runs([os.path.join(noise, cell, o, "*")]) for o in ORDERS}
+    found = [r for rs in reruns.values() for r in rs]
+    if not found:
+      continue
+    ref = twin(found[0], committed)
+    for r in found[1:]:
+      if twin(r, committed).workdir != ref.workdir:
+        raise ValueError(f"{r.workdir} retrains {twin(r, committed).workdir}, not {ref.workdir} as its cell does")
+    seeds = [r for r in committed if runs_lib.shared_config(r) == runs_lib.shared_config(ref)]
+    out.append({"cell": cell, "twin": ref, "reruns": {o: rs for o, rs in reruns.items() if rs},
+                "seeds": seeds, "metrics": METRICS.get(ref.config.get("dataset"), ())})
+  return out
+
+
+def _final(run: runs_lib.RunRecord, metric: str) -> Optional[float]:
+  """The metric at the run's last training step, or None if the run has not got there."""
+  last = run.last(metric)
+  return last[1] if last and last[0] == run.config.get("num_train_steps") else None
+
+
+def measure(found: Sequence[dict]) -> tuple[list[dict], dict]:
+  """Rows (cell, metric, values, spread, seed range) and the floor per data set and metric."""
+  rows, floor = [], {}
+  for c in found:
+    dataset = c["twin"].config.get("dataset")
+    for metric in c["metrics"]:
+      values = {"committed": _final(c["twin"], metric)}
+      for order, rs in c["reruns"].items():
+        values[order] = _final(rs[0], metric)
+      done = [v for v in values.values() if v is not None]
+      spread = max(done) - min(done) if len(done) > 1 else None
+      seeds = [v for v in (_final(r, metric) for r in c["seeds"]) if v is not None]
+      rows.append({"cell": c["cell"], "metric": metric, "values": values, "spread": spread,
+                   "seeds": (min(seeds), max(seeds)) if seeds else None, "n_seeds": len(seeds)})
+      if spread is not None:
+        floor.setdefault(dataset, {})[metric] = max(spread, floor.get(dataset, {}).get(metric, 0.0))
+  return rows, floor
+
+
+def table(rows: Sequence[dict]) -> str:
+  header = ["cell", "metric", "committed (seed 0)", *ORDERS, "spread", "seed range (width)"]
+  body = []
+  for r in rows:
+    v = r["values"]
+    cells = [render.fmt(v.get(o), 2) for o in ORDERS]
+    lo_hi = r["seeds"]
+    seeds = "-" if lo_hi is None else f"{lo_hi[0]:.2f}-{lo_hi[1]:.2f} ({lo_hi[1] - lo_hi[0]:.2f}, {r['n_seeds']} seeds)"
+    body.append([r["cell"], r["metric"], render.fmt(v["committed"], 2), *cells,
+                 "-" if r["spread"] is None else f"**{r['spread']:.2f}**", seeds])
+  return render.markdown_table(header, body, ["---", "---"] + [render.RIGHT] * (len(header) - 2))
+
+
+def write(out: str, noise: str = NOISE, root: str = RESULTS, command: str = "python -m experiments.noise") -> dict:
+  """Writes ``floor.md`` and ``floor.json`` to ``out``; returns the floor."""
+  rows, floor = measure(cells(noise, root))
+  lines = [f"Generated by `{command}`.", "",
+           "Each cell's committed run (seed 0) and its retrainings with the same config and seed under other "
+           "floating-point orders (- where it has not finished); the spread is max - min over the finished ones. "
+           "The floor of a data set's metric is its largest spread.", "", table(rows), "",
+           "Floors: " + "; ".join(f"{d}: " + ", ".join(f"{m} {v:.2f}" for m, v in ms.items())
+                                  for d, ms in sorted(floor.items())) + ".", ""]
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "floor.md"), "w", encoding="utf-8") as f:
+    f.write("\n".join(lines))
+  with open(os.path.join(out, "floor.json"), "w", encoding="utf-8") as f:
+    json.dump(floor, f, indent=1, sort_keys=True)
+  return floor
+
+
+def read_floor(path: Optional[str] = None) -> dict:
+  """``{dataset: {metric: floor}}`` as :func:`write` left it (default :data:`FLOOR_FILE`); empty if there is none."""
+  path = path or FLOOR_FILE
+  if not os.path.exists(path):
+    return {}
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def define_flags() -> None:
+  flags.DEFINE_string("noise", NOISE, "The retrained runs: <noise>/<cell>/<order>/<seed>.")
+  flags.DEFINE_string("root", RESULTS, "The committed results, where each retrained run's twin is found.")
+  flags.DEFINE_string("out", NOISE, "Output directory (floor.md, floor.json).")
+
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}; allowed: flags only")
+  FLAGS = flags.FLAGS
+  command = " ".join(["python -m experiments.noise", *sys.argv[1:]])
+  write(FLAGS.out, FLAGS.noise, FLAGS.root, command)
+  with open(os.path.join(FLAGS.out, "floor.md"), encoding="utf-8") as f:
+    print(f.read())
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

@@ -1,0 +1,102 @@
+"""experiments.noise (the floor from retrained runs) and experiments.budgets (a report beside a shorter budget)."""
+
+import json
+import pathlib
+
+import pytest
+
+from experiments import budgets
+from experiments import noise
+from experiments import paper
+from experiments import tabulate
+from tests.experiments.test_report import _workdir
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CELL = {"dataset": "sotu", "position": "shaw", "max_distance": 16, "num_train_steps": 100}
+PPL = ("test/perplexity", "test_x2/perplexity", "test_x4/perplexity", "test_x8/perplexity")
+
+
+def _lm_run(path, seed, ppl, step=100, **config):
+  return _workdir(path, {**CELL, **config, "seed": seed}, [{"step": step, **{m: ppl + i for i, m in enumerate(PPL)}}])
+
+
+@pytest.fixture
+def results(tmp_path):
+  """A committed sweep of 3 seeds, and its seed 0 retrained twice (one unfinished) under other orders."""
+  for seed, ppl in enumerate([40.0, 41.5, 40.5]):
+    _lm_run(tmp_path / "lm" / "clipping" / "k=16" / f"seed{seed}", seed, ppl)
+  _lm_run(tmp_path / "lm" / "clipping" / "k=2" / "seed0", 0, 50.0, max_distance=2)  # another cell: not a twin
+  _lm_run(tmp_path / "noise" / "lm_k16" / "same" / "seed0", 0, 40.25)
+  _lm_run(tmp_path / "noise" / "lm_k16" / "devices2" / "seed0", 0, 39.0, step=50)  # unfinished: left out
+  _lm_run(tmp_path / "lm" / "curves" / "k=16" / "seed0", 0, 30.0, num_train_steps=400)  # a longer budget: not one
+  return tmp_path
+
+
+def test_the_floor_is_the_largest_spread_between_a_committed_run_and_its_retrainings(results, tmp_path):
+  floor = noise.write(str(tmp_path / "out"), str(results / "noise"), str(results))
+  assert floor == {"sotu": {m: pytest.approx(0.25) for m in PPL}}
+  assert json.loads((tmp_path / "out" / "floor.json").read_text()) == floor
+  table = (tmp_path / "out" / "floor.md").read_text()
+  # committed 40.00, same 40.25, devices2 unfinished, threads2 not run; the 3 seeds span 40.0-41.5.
+  assert "| lm_k16 | test/perplexity | 40.00 | 40.25 | - | - | **0.25** | 40.00-41.50 (1.50, 3 seeds) |" in table
+  assert "| lm_k16 | test_x8/perplexity | 43.00 | 43.25 | - | - | **0.25** | 43.00-44.50 (1.50, 3 seeds) |" in table
+
+
+def test_a_retrained_run_whose_config_no_committed_run_has_is_refused_by_name(results, tmp_path):
+  _lm_run(results / "noise" / "lm_k16" / "threads2" / "seed0", 0, 40.0, max_distance=8)
+  with pytest.raises(ValueError, match=r"noise/lm_k16/threads2/seed0: 0 committed runs have its config \(seed "
+                                       r"included\), \[\]; allowed: exactly one"):
+    noise.write(str(tmp_path / "out"), str(results / "noise"), str(results))
+
+
+def test_the_committed_noise_table_and_floor_are_what_the_command_makes_of_the_committed_runs(tmp_path):
+  noise.write(str(tmp_path), command="python -m experiments.noise")
+  committed = ROOT / "experiments" / "results" / "noise"
+  for name in ("floor.md", "floor.json"):
+    assert (tmp_path / name).read_text() == (committed / name).read_text(), name
+
+
+@pytest.mark.parametrize("a,b,floor,lower,expected", [
+    ([10, 11], [12.5, 13], 0.6, False, "worse by 1.50"),
+    ([10, 11], [12.5, 13], 0.6, True, "better by 1.50"),  # perplexity: lower is better
+    ([13, 14], [10, 12], 0.6, False, "better by 1.00"),
+    ([13, 14], [10, 12.5], 0.6, False, "not separated"),  # apart by 0.5, under the floor
+    ([10, 12], [11, 13], 0.0, False, "not separated"),  # overlapping ranges
+    ([13, 14], [10, 12], None, False, "not separated"),  # no floor measured: nothing is called real
+])
+def test_separation_calls_a_difference_only_above_the_floor(a, b, floor, lower, expected):
+  assert budgets.separation(a, b, floor, lower) == expected
+
+
+def test_a_cell_is_its_config_without_the_budget():
+  a = {**CELL, "seed": 0, "num_train_steps": 8000, "eval_every_steps": 500, "plateau_metric": "validation/bleu"}
+  assert budgets.cell(a) == budgets.cell({**CELL, "seed": 2, "num_train_steps": 2000})
+  assert budgets.cell(a) != budgets.cell({**CELL, "max_distance": 8})
+
+
+def test_the_papers_cell_is_the_table_that_varies_what_the_config_varies():
+  shaw = {"position": "shaw", "max_distance": 16, "d_model": 64}
+  assert paper.cell({"position": "sinusoidal", "d_model": 64}) == ("table1", paper.TABLE1[("base", "absolute")])
+  assert paper.cell(shaw) == ("table1", paper.TABLE1[("base", "relative")])
+  assert paper.cell({**shaw, "max_distance": 64}) == ("table2", paper.TABLE2[64])
+  assert paper.cell({**shaw, "use_values": False}) == ("table3", paper.TABLE3[(False, True)])
+  assert paper.cell({**shaw, "max_distance": 3}) is None  # not a k of Table 2
+  assert paper.cell({**shaw, "add_sinusoidal": True}) is None
+  assert paper.cell({"position": "rope"}) is None
+
+
+def test_the_report_sets_each_group_beside_its_cell_at_the_shorter_budget(results, tmp_path, monkeypatch):
+  monkeypatch.setattr(noise, "FLOOR_FILE", str(tmp_path / "floor.json"))
+  (tmp_path / "floor.json").write_text(json.dumps({"sotu": {"test/perplexity": 0.25}}))
+  for seed, ppl in enumerate([30.0, 31.0]):
+    _lm_run(results / "longer" / "k=16" / f"seed{seed}", seed, ppl, step=400, num_train_steps=400)
+  _lm_run(results / "longer" / "k=4" / "seed0", 0, 41.0, step=400, num_train_steps=400, max_distance=4)
+  out = tmp_path / "out"
+  tabulate.write_report([str(results / "longer" / "*" / "*")], str(out), metric="test/perplexity",
+                        shorter=(str(results / "lm" / "clipping" / "*" / "*"),))
+  table = (out / "table.md").read_text()
+  assert "noise floor of test/perplexity: 0.25 (sotu)" in table
+  # k = 16: 30-31 at 400 steps against 40-41.5 at 100 (mean 40.67): better by 9 > 0.25. k = 4: no shorter run.
+  assert "| k=16 | 2 | 400 | 30.50 [30.00, 31.00] | 3 | 100 | 40.67 [40.00, 41.50] | -10.17 | better by 9.00 |" in table
+  assert "| k=4 | 1 | 400 | 41.00 | 0 | - | - | - | - |" in table
+  assert "paper (BLEU" not in table  # a perplexity report has no BLEU beside it
