@@ -14,7 +14,9 @@ import json
 import pathlib
 import shlex
 import shutil
+import subprocess
 
+import ml_collections
 import pytest
 from absl import flags
 
@@ -71,3 +73,23 @@ def test_a_sweeps_committed_report_is_headed_by_the_sweeps_report_command(name):
   if not _committed(patterns) or "--attention" in command:
     pytest.skip("made from runs that are not committed, by hand")
   assert command == sweep_lib.report_command(sweep, "experiments/results")
+
+
+def _tracked_runs() -> list[pathlib.Path]:
+  """The committed workdirs under experiments/results (git's index: a run in progress beside them is not one)."""
+  out = subprocess.run(["git", "ls-files", "experiments/results"], cwd=ROOT, capture_output=True, text=True,
+                       check=True).stdout.split()
+  return sorted(ROOT / pathlib.Path(p).parent for p in out if p.endswith("/metrics.jsonl"))
+
+
+def test_every_committed_run_is_finished():
+  # A run's records are committed when it has finished (its last step and that step's evaluations), never while
+  # it trains: a report would count a half-trained run, or leave it out and say so only in passing.
+  runs = _tracked_runs()
+  assert len(runs) > 100, runs
+  unfinished = []
+  for workdir in runs:
+    config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text())["config"])
+    if not sweep_lib.finished(str(workdir), config):
+      unfinished.append(str(workdir.relative_to(ROOT)))
+  assert not unfinished, unfinished
