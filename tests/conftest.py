@@ -28,6 +28,28 @@ def pytest_collection_modifyitems(items):
   items.sort(key=lambda item: item.module.__name__ not in slow)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compilation_cache(tmp_path_factory):
+  """A persistent compilation cache for every test, and for the subprocesses a test starts (``tests.test_train._env``).
+
+  One directory for the whole session, shared by the xdist workers: the tiny config's steps, compiled by runs
+  in many modules, in both workers and in subprocesses, are compiled once. JAX writes an entry only where none exists and
+  falls back to compiling when one does not read, so concurrent writers cost a compile at most.
+  """
+  keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+          "jax_persistent_cache_min_entry_size_bytes")
+  old = {k: getattr(jax.config, k) for k in keys}
+  base = tmp_path_factory.getbasetemp()
+  shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common folder
+  path = str(shared / "jax_cache")
+  os.makedirs(path, exist_ok=True)
+  for k, v in zip(keys, (path, 0, 0)):
+    jax.config.update(k, v)
+  yield path
+  for k, v in old.items():
+    jax.config.update(k, v)
+
+
 @pytest.fixture
 def x64():
   """float64 for the duration of one test only.

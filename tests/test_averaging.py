@@ -10,7 +10,7 @@ from rpr import checkpoint
 from rpr import run_config
 from rpr import train
 from rpr.records import read_jsonl
-from tests.test_train import compilation_cache, load_state, tiny_config  # noqa: F401 (a fixture)
+from tests.test_train import load_state, tiny_config
 
 AVERAGED = dict(num_train_steps=8, eval_splits=("valid",), eval_every_steps=8, log_every_steps=2,
                 checkpoint_every_steps=2, keep_checkpoints=3, average_last=3, model={"dropout_rate": 0.1})

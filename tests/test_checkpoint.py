@@ -17,7 +17,7 @@ import pytest
 from rpr import checkpoint
 from rpr import run_config
 from rpr import train
-from tests.test_train import ROOT, _env, compilation_cache, load_state, tiny_config  # noqa: F401 (a fixture)
+from tests.test_train import ROOT, _env, load_state, tiny_config
 
 # Checkpoints every 2 steps, the last 2 kept; no evaluation, so each run compiles only the train step.
 RUN = dict(eval_splits=(), log_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=2,

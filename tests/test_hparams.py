@@ -11,7 +11,7 @@ from tensorboard.util import tensor_util
 
 from rpr import train
 from rpr import writers
-from tests.test_train import compilation_cache, tiny_config  # noqa: F401 (a fixture)
+from tests.test_train import tiny_config
 
 
 def test_hparams_are_flat_scalars_or_text():

@@ -25,7 +25,7 @@ import pytest
 
 from rpr.records import read_jsonl
 from tests.test_checkpoint import flip_byte
-from tests.test_train import ROOT, _env, compilation_cache, load_state, timeless_records  # noqa: F401 (a fixture)
+from tests.test_train import ROOT, _env, load_state, timeless_records
 
 TINY = ["--config=configs/tiny.py", "--config.eval_every_steps=12", "--config.checkpoint_every_steps=4",
         "--config.log_every_steps=4", "--config.keep_checkpoints=3", "--config.model.dropout_rate=0.1",

@@ -13,7 +13,7 @@ from rpr import predict as predict_lib
 from rpr import run_config
 from rpr import train
 from rpr.records import read_jsonl
-from tests.test_train import _SigtermAt, compilation_cache, load_state, tiny_config  # noqa: F401 (fixture)
+from tests.test_train import _SigtermAt, load_state, tiny_config
 
 
 def test_gain_is_the_smoothed_change_over_the_window_signed_by_the_metric():

@@ -26,28 +26,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TESTS = pathlib.Path(__file__).resolve().parent
 
 
-@pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-  """A persistent compilation cache for this module and the subprocesses it starts.
-
-  One directory for the whole session, shared by the xdist workers: the tiny config's steps, compiled by runs
-  in several modules and in both workers, are compiled once. JAX writes an entry only where none exists and
-  falls back to compiling when one does not read, so concurrent writers cost a compile at most.
-  """
-  keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-          "jax_persistent_cache_min_entry_size_bytes")
-  old = {k: getattr(jax.config, k) for k in keys}
-  base = tmp_path_factory.getbasetemp()
-  shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common folder
-  path = str(shared / "jax_cache")
-  os.makedirs(path, exist_ok=True)
-  for k, v in zip(keys, (path, 0, 0)):
-    jax.config.update(k, v)
-  yield path
-  for k, v in old.items():
-    jax.config.update(k, v)
-
-
 def _env(cache_dir, devices=None):
   """Environment of a subprocess: same compilation cache, optionally forced host device count."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=cache_dir,

@@ -21,7 +21,6 @@ from rpr import train
 from rpr import workdir
 from rpr.records import read_jsonl
 from tests.test_train import ROOT, _env, load_state, timeless_records, tiny_config
-from tests.test_train import compilation_cache  # noqa: F401 (a fixture)
 
 FAST = dict(num_train_steps=8, eval_splits=(), log_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=2,
             model={"dropout_rate": 0.1})
