@@ -5,7 +5,8 @@ in progress is the point of the plot), in its group's colour, one line per
 seed. Under the plot, per group: its runs, the step each has reached, the
 last value of each metric (mean and range over the runs), and, for runs
 with a plateau rule (``config.plateau_metric``), the step where the rule
-stopped them or "training"; then the runs' training hours. Written to
+stopped them, "training", or that they reached ``num_train_steps`` (the cap)
+without a plateau; then the runs' training hours. Written to
 ``learning_curves.png``.
 """
 
@@ -48,7 +49,10 @@ def _plateau(run: runs_lib.RunRecord) -> str:
   reached = [r["step"] for r in run.records if r.get("plateau/reached")]
   if reached:
     return f"stopped at {int(reached[0]):,}"
-  return "training" if run.config.get("plateau_metric") else "-"
+  if not run.config.get("plateau_metric"):
+    return "-"
+  cap = run.config.get("num_train_steps")
+  return f"no plateau by {cap:,} (the cap)" if any(r["step"] >= cap for r in run.records) else "training"
 
 
 @columns.section("learning_curves", order=3, shown=lambda report: bool(report.spec.steps), reads=("steps",))

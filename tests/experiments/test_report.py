@@ -250,15 +250,19 @@ def test_steps_draws_every_run_against_the_step_and_says_where_each_stands(tmp_p
                                                         "plateau_metric": "validation/loss"}, records)
   _workdir(tmp_path / "runs" / "b" / "seed0", {**BASE, "max_distance": 8, "seed": 0,
                                                "plateau_metric": "validation/loss"}, curve(200, 3))  # unfinished
+  _workdir(tmp_path / "runs" / "c" / "seed0", {**BASE, "max_distance": 16, "seed": 0, "num_train_steps": 300,
+                                               "plateau_metric": "validation/loss"},
+           curve(300, 3) + [{"step": 300, "test/loss": 0.4}])  # at its cap, the rule not met
   out = tmp_path / "out"
   tabulate.write_report([str(tmp_path / "runs" / "*" / "*")], str(out), metric="test/loss",
                         steps=("validation/loss",))
   assert (out / "learning_curves.png").read_bytes().startswith(PNG_MAGIC)
   table = (out / "table.md").read_text()
-  assert "2 runs (1 more without it, unfinished) in 1 groups" in table
+  assert "3 runs (1 more without it, unfinished) in 2 groups" in table
   rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if "[" in line and "|" in line}
   # k = 2: 2 runs at step 400, last validation loss 1/400 and 2/400; one stopped by its rule.
   assert "| 2 | 400 | 0.00 [0.00, 0.01] | stopped at 400, training |" in rows["k=2"]
   assert "| 1 | 200 | 0.01 [0.01, 0.01] | training |" in rows["k=8"]
-  # 400 + 400 + 200 steps at 0.1 steps/s: 10,000 s.
-  assert "Training time of these 3 runs, summed from their logged step rates: 2.8 hours" in table
+  assert "| 1 | 300 | 0.01 [0.01, 0.01] | no plateau by 300 (the cap) |" in rows["k=16, num_train_steps=300"]
+  # 400 + 400 + 200 + 300 steps at 0.1 steps/s: 13,000 s.
+  assert "Training time of these 4 runs, summed from their logged step rates: 3.6 hours" in table
