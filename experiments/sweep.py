@@ -1,7 +1,8 @@
 """Runs a named sweep (experiments/sweeps.py) one run after another, or prints each run's command.
 
   python -m experiments.sweep table2_cpu              # train every run here, in this process
-  python -m experiments.sweep table2_cpu --print      # one `python run.py ...` line per run, for a cluster
+  python -m experiments.sweep table2_cpu --print      # one `python run.py ...` line per run, for a cluster,
+                                                     # then the report's command
   python -m experiments.sweep --list                  # the registered sweeps and their sizes
 
 Run from the repository root. Every run trains in its own workdir,
@@ -219,6 +220,7 @@ def main(argv):
     for run in runs:
       done = finished(sweep.workdir(run, root), load_config(run, root))
       print(("# finished: " if done else "") + command(run, root, sweep.name))
+    print("# report: " + report_command(sweep, root))
     return 0
   from rpr import checkpoint
 

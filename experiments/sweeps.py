@@ -306,5 +306,6 @@ register(Sweep(
     "steps): Table 1's schemes, k in 0 1 2 64, a^K alone, a^V alone, a^K alone + sinusoids",
     tuple(Run(name, "configs/translation.py", variant, overrides + TRANSLATION_CURVE, seed=s)
           for s in SEEDS for name, variant, overrides, n in _CURVE_CELLS if s < n),
-    report=dataclasses.replace(TRANSLATION_REPORT, steps=("validation/bleu",)), results="translation/curves",
+    report=dataclasses.replace(TRANSLATION_REPORT, steps=("validation/bleu", "validation/loss")),
+    results="translation/curves",
     shorter=("translation_table1", "translation_table2", "translation_table3", "translation_absolute")))

@@ -97,7 +97,8 @@ def test_printed_commands_name_the_config_variant_workdir_and_every_key(tmp_path
   proc = subprocess.run([sys.executable, "-m", "experiments.sweep", name, "--print", "--seeds", "1", "--only", only,
                          "--root", str(tmp_path)], cwd=sweeps.ROOT, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-2000:]
-  assert proc.stdout.splitlines() == [expected.format(root=tmp_path)]
+  assert proc.stdout.splitlines() == [expected.format(root=tmp_path),
+                                      "# report: " + sweep_lib.report_command(sweeps.get(name), str(tmp_path))]
 
 
 def _finish(workdir, steps, evaluated=True, splits=("valid", "long")):
