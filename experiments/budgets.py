@@ -7,7 +7,9 @@ the report's metric at both budgets (mean [min, max] over the seeds), the
 change of the means, and whether the two seed ranges are apart by more than
 the noise floor of the data set's metric (``experiments.noise``): a change
 is "not separated" otherwise. The paper's number for the cell is set beside
-it where Shaw et al. have one (:func:`experiments.paper.cell`).
+it where Shaw et al. have one (:func:`experiments.paper.cell`). Then every
+pair of cells is judged at both budgets, and the verdicts that changed with
+training are listed before those that held.
 """
 
 from __future__ import annotations
@@ -49,20 +51,28 @@ def _spread(values: Sequence[float], digits: int) -> str:
                                                        f"{s['max']:.{digits}f}]"
 
 
-def rows(report: columns.Report) -> list[list[str]]:
-  metric, digits = report.spec.metric, report.digits
+def shorter_values(report: columns.Report) -> list[list[tuple[int, float]]]:
+  """Per group, (step, value) of the report's metric in each run of its cell at the shorter budget."""
   shorter = runs_lib.load_runs(report.spec.shorter)
-  floors = noise.read_floor()
+  metric = report.spec.metric
+  return [[p for r in shorter if cell(r.config) == cell(g.config) and (p := r.last(metric)) is not None]
+          for g in report.groups]
+
+
+def _floor(report: columns.Report, group: runs_lib.Group) -> Optional[float]:
+  return noise.read_floor().get(group.config.get("dataset"), {}).get(report.spec.metric)
+
+
+def rows(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) -> list[list[str]]:
+  metric, digits = report.spec.metric, report.digits
   out = []
-  for g in report.groups:
-    short = [(r, p) for r in shorter if cell(r.config) == cell(g.config) and (p := r.last(metric)) is not None]
-    floor = floors.get(g.config.get("dataset"), {}).get(metric)
+  for g, points in zip(report.groups, short):
     cells = [g.label, f"{len(g.values)}", runs_lib.step_range([s for s, _ in g.points]), _spread(g.values, digits)]
-    if short:
-      values = [v for _, (_, v) in short]
-      cells += [f"{len(short)}", runs_lib.step_range([s for _, (s, _) in short]), _spread(values, digits),
+    if points:
+      values = [v for _, v in points]
+      cells += [f"{len(points)}", runs_lib.step_range([s for s, _ in points]), _spread(values, digits),
                 f"{runs_lib.spread(g.values)['mean'] - runs_lib.spread(values)['mean']:+.{digits}f}",
-                separation(g.values, values, floor, baselines.lower_is_better(metric))]
+                separation(g.values, values, _floor(report, g), baselines.lower_is_better(metric))]
     else:
       cells += ["0", "-", "-", "-", "-"]
     if _bleu(report):
@@ -72,6 +82,25 @@ def rows(report: columns.Report) -> list[list[str]]:
   return out
 
 
+def pairs(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) -> list[str]:
+  """Every pair of groups that both have shorter runs, judged at both budgets: which verdicts held, which
+  changed (:func:`separation` of the first against the second, with the data set's floor)."""
+  lower = baselines.lower_is_better(report.spec.metric)
+  judged = [(g, [v for _, v in p]) for g, p in zip(report.groups, short) if p]
+  held, changed = [], []
+  for i, (a, a_short) in enumerate(judged):
+    for b, b_short in judged[i + 1:]:
+      floor = _floor(report, a)
+      before, after = separation(a_short, b_short, floor, lower), separation(a.values, b.values, floor, lower)
+      (held if before.split(" by ")[0] == after.split(" by ")[0] else changed).append(
+          f"{a.label} against {b.label}: {before} at the shorter budget, {after} at this one "
+          f"({len(a.values)} and {len(b.values)} runs)")
+  if not held and not changed:
+    return []
+  return [f"Each pair of cells at both budgets ({len(held)} verdicts held, {len(changed)} changed):", "",
+          *(f"- changed: {line}" for line in changed), *(f"- held: {line}" for line in held), ""]
+
+
 def _bleu(report: columns.Report) -> bool:
   return report.spec.metric.endswith("/bleu")
 
@@ -79,7 +108,7 @@ def _bleu(report: columns.Report) -> bool:
 @columns.section("budgets", order=4, shown=lambda report: bool(report.spec.shorter), reads=("shorter",))
 def budgets_section(report: columns.Report) -> list[str]:
   """Each group beside its cell at the shorter budget, and whether the change is above the noise floor."""
-  metric = report.spec.metric
+  metric, short = report.spec.metric, shorter_values(report)
   floors = {d: ms[metric] for d, ms in noise.read_floor().items() if metric in ms}
   floor_text = ", ".join(f"{v:.2f} ({d})" for d, v in sorted(floors.items())) or "none measured"
   header = ["variant", "runs", "step", f"{metric}", "shorter: runs", "step", f"{metric}", "change of means",
@@ -89,4 +118,5 @@ def budgets_section(report: columns.Report) -> list[str]:
   return [f"At this budget and at the shorter one (the same cells in the runs of {', '.join(report.spec.shorter)}; "
           f"mean [min, max] over seeds). A change counts only when the two ranges are apart by more than the "
           f"noise floor of {metric}: {floor_text} (`experiments/results/noise/`).{paper_text}", "",
-          render.markdown_table(header, rows(report), ["---"] + [render.RIGHT] * (len(header) - 1)), ""]
+          render.markdown_table(header, rows(report, short), ["---"] + [render.RIGHT] * (len(header) - 1)), "",
+          *pairs(report, short)]

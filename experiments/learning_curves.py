@@ -39,6 +39,8 @@ def plot(path: str, groups: Sequence[tuple[str, list[runs_lib.RunRecord]]], metr
     ax.set_ylabel(metric)
     if metric.endswith("perplexity"):
       ax.set_yscale("log")
+      for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):  # 40, 60, not 4x10^1
+        axis(plt.matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.grid(alpha=0.3)
   axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
   fig.suptitle("learning curves: one line per run")

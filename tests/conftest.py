@@ -33,8 +33,8 @@ def compilation_cache(tmp_path_factory):
   """A persistent compilation cache for every test, and for the subprocesses a test starts (``tests.test_train._env``).
 
   One directory for the whole session, shared by the xdist workers: the tiny config's steps, compiled by runs
-  in many modules, in both workers and in subprocesses, are compiled once. JAX writes an entry only where none exists and
-  falls back to compiling when one does not read, so concurrent writers cost a compile at most.
+  in many modules, in both workers and in subprocesses, are compiled once. JAX writes an entry only where none
+  exists and falls back to compiling when one does not read, so concurrent writers cost a compile at most.
   """
   keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
           "jax_persistent_cache_min_entry_size_bytes")

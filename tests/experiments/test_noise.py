@@ -90,6 +90,7 @@ def test_the_report_sets_each_group_beside_its_cell_at_the_shorter_budget(result
   (tmp_path / "floor.json").write_text(json.dumps({"sotu": {"test/perplexity": 0.25}}))
   for seed, ppl in enumerate([30.0, 31.0]):
     _lm_run(results / "longer" / "k=16" / f"seed{seed}", seed, ppl, step=400, num_train_steps=400)
+  _lm_run(results / "longer" / "k=2" / "seed0", 0, 41.0, step=400, num_train_steps=400, max_distance=2)
   _lm_run(results / "longer" / "k=4" / "seed0", 0, 41.0, step=400, num_train_steps=400, max_distance=4)
   out = tmp_path / "out"
   tabulate.write_report([str(results / "longer" / "*" / "*")], str(out), metric="test/perplexity",
@@ -99,4 +100,23 @@ def test_the_report_sets_each_group_beside_its_cell_at_the_shorter_budget(result
   # k = 16: 30-31 at 400 steps against 40-41.5 at 100 (mean 40.67): better by 9 > 0.25. k = 4: no shorter run.
   assert "| k=16 | 2 | 400 | 30.50 [30.00, 31.00] | 3 | 100 | 40.67 [40.00, 41.50] | -10.17 | better by 9.00 |" in table
   assert "| k=4 | 1 | 400 | 41.00 | 0 | - | - | - | - |" in table
+  # The pairs with shorter runs, judged at both budgets: k = 16 (40-41.5, then 30-31) against k = 2 (50, then 41).
+  assert "(1 verdicts held, 0 changed)" in table
+  assert ("- held: k=16 against k=2: better by 8.50 at the shorter budget, better by 10.00 at this one (2 and 1 "
+          "runs)") in table
   assert "paper (BLEU" not in table  # a perplexity report has no BLEU beside it
+
+
+def test_a_verdict_that_training_changed_is_listed_as_changed(results, tmp_path, monkeypatch):
+  monkeypatch.setattr(noise, "FLOOR_FILE", str(tmp_path / "floor.json"))
+  (tmp_path / "floor.json").write_text(json.dumps({"sotu": {"test/perplexity": 0.25}}))
+  for seed, ppl in enumerate([30.0, 31.0]):
+    _lm_run(results / "longer" / "k=16" / f"seed{seed}", seed, ppl, step=400, num_train_steps=400)
+  _lm_run(results / "longer" / "k=2" / "seed0", 0, 31.2, step=400, num_train_steps=400, max_distance=2)
+  tabulate.write_report([str(results / "longer" / "*" / "*")], str(tmp_path / "out"), metric="test/perplexity",
+                        shorter=(str(results / "lm" / "clipping" / "*" / "*"),))
+  table = (tmp_path / "out" / "table.md").read_text()
+  # 8.5 apart at the shorter budget; at this one 31.2 is 0.2 from 30-31, under the floor of 0.25.
+  assert "(0 verdicts held, 1 changed)" in table
+  assert ("- changed: k=16 against k=2: better by 8.50 at the shorter budget, not separated at this one (2 and 1 "
+          "runs)") in table
