@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from experiments import budgets
 from experiments import paper
 from experiments import runs as runs_lib
 from experiments import sweep as sweep_lib
@@ -220,3 +221,17 @@ def test_prepare_data_makes_each_data_config_once_before_the_workers_start(monke
   assert sweep_lib.prepare_data(runs, "root") == 2  # all lengths; training on <= 30 pieces
   assert [c.dataset for c in made] == ["sotu", "bible_fr_en", "bible_fr_en"]
   assert [c.train_max_source_tokens for c in made[1:]] == [None, sweeps.TRANSLATION_SHORT]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in sweeps.SWEEPS.items() if s.shorter))
+def test_every_cell_of_a_longer_sweep_is_trained_by_its_shorter_sweeps(name):
+  # The report matches the cells by config without the budget keys (experiments.budgets.cell): a key that differs
+  # by mistake would leave a cell without its shorter runs, and the report with a "-" where the change should be.
+  def cell(run):
+    config = sweep_lib.load_config(run, "root").to_dict()
+    return budgets.cell(runs_lib.flatten(runs_lib.with_engine_defaults(config)))
+
+  sweep = sweeps.get(name)
+  shorter = {cell(r) for other in sweep.shorter for r in sweeps.get(other).runs}
+  missing = sorted({r.name for r in sweep.runs if cell(r) not in shorter})
+  assert not missing, missing
