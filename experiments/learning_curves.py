@@ -80,6 +80,7 @@ def learning_curves_section(report: columns.Report) -> list[str]:
           "Every run read, finished or not, at its latest evaluation:", "",
           render.markdown_table(header, rows), "",
           f"Training time of these {len(seconds)} runs, summed from their logged step rates: "
-          f"{sum(seconds) / 3600:.1f} hours, each run on one thread (so as many core-hours); the evaluations are not "
-          "counted, and a step rate taken while other work shared the core counts that wait too.", ""]
+          f"{sum(seconds) / 3600:.1f} hours of training steps (the evaluations are not counted, and a step rate taken "
+          "while other work shared the cores counts that wait too). Two runs sharing two cores, as here, make that "
+          "about as many core-hours.", ""]
 

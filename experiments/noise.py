@@ -1,9 +1,12 @@
 """The noise floor: committed runs retrained with the same config and seed under another floating-point order.
 
 A retrained run lives at ``<noise>/<cell>/<order>/<seed>`` (the orders:
-``same`` flags on this machine, ``devices2``, ``threads2``; see the folder's
-README). Its committed twin is found, not named: the run under the results
-root whose config, seed included, equals its own. The spread of a cell is
+``same`` flags on this machine, ``repeat`` of it, ``devices2``, ``cores1``;
+see the folder's README). Each run is checked to be what its order says:
+one device but for ``devices2``'s two (``config.json``), and for ``cores1``
+a launch on one core (``<order>/launch.txt``); a run that is not raises.
+Its committed twin is found, not named: the run under the results root
+whose config, seed included, equals its own. The spread of a cell is
 max - min over the twin and every finished retraining; the floor of a data
 set's metric is the largest spread of its cells. Beside each spread is the
 cell's seed range (its committed group), which a floor is read against.
@@ -30,7 +33,9 @@ from experiments import runs as runs_lib
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 NOISE = os.path.join(RESULTS, "noise")
 FLOOR_FILE = os.path.join(NOISE, "floor.json")
-ORDERS = ("same", "devices2", "threads2")
+ORDERS = ("same", "repeat", "devices2", "cores1")
+DEVICES = {"devices2": 2}  # the device count of each order's runs (1 for the others)
+LAUNCH = {"cores1": "taskset -c 0 "}  # what an order's launch line must hold
 METRICS = {"bible_fr_en": ("test/bleu",),
            "sotu": ("test/perplexity", "test_x2/perplexity", "test_x4/perplexity", "test_x8/perplexity")}
 _SKIP = ("noise", "curves")  # result folders that are not committed twins: these runs, and the longer budgets
@@ -56,12 +61,30 @@ def twin(run: runs_lib.RunRecord, committed: Sequence[runs_lib.RunRecord]) -> ru
   return found[0]
 
 
+def check_order(run: runs_lib.RunRecord, order: str) -> None:
+  """Raises ValueError if ``run`` was not trained as ``order`` says (its device count, its launch line)."""
+  with open(os.path.join(run.workdir, "config.json"), encoding="utf-8") as f:
+    devices = json.load(f).get("num_devices")
+  if devices != DEVICES.get(order, 1):
+    raise ValueError(f"{run.workdir}: trained on {devices} device(s); allowed for order {order!r}: "
+                     f"{DEVICES.get(order, 1)}")
+  if order in LAUNCH:
+    path = os.path.join(os.path.dirname(run.workdir), "launch.txt")
+    line = open(path, encoding="utf-8").read() if os.path.exists(path) else "no launch.txt"
+    if LAUNCH[order] not in line:
+      raise ValueError(f"{run.workdir}: launched as {line.strip()!r}; allowed for order {order!r}: a line with "
+                       f"{LAUNCH[order].strip()!r}")
+
+
 def cells(noise: str = NOISE, root: str = RESULTS) -> list[dict]:
   """Per retrained cell: its twin, its retrainings by order, its committed seeds, the data set's metrics."""
   committed = committed_runs(root)
   out = []
   for cell in sorted(os.listdir(noise)):
     reruns = {o: runs_lib.load_runs([os.path.join(noise, cell, o, "*")]) for o in ORDERS}
+    for order, rs in reruns.items():
+      for r in rs:
+        check_order(r, order)
     found = [r for rs in reruns.values() for r in rs]
     if not found:
       continue

@@ -20,9 +20,10 @@ same keys as the in-process runs (``--config.<key>=<value>``), and when the
 sweep is done the command of its report is printed.
 
 ``--workers N`` first makes the files the runs share (generated data,
-vocabulary; ``rpr.data.prepare``), then trains N runs at once, each worker a single-threaded process
-taking every N-th run (a single-threaded run's numbers do not depend on the
-machine's load: XLA's multi-threaded reductions may sum in another order).
+vocabulary; ``rpr.data.prepare``), then trains N runs at once, each worker a
+process pinned to one core (:func:`pin_to_one_core`) taking every N-th run:
+XLA:CPU then runs one thread per worker, whatever the machine's core count
+(``--xla_cpu_multi_thread_eigen=false`` alone does not do that in jax 0.10.2).
 SIGTERM or Ctrl-C stops every run after its current step (each saves a
 checkpoint) and ends the whole sweep with exit status 3; the same command
 resumes it.
@@ -47,7 +48,7 @@ from absl import logging
 from experiments import sweeps
 
 FLAGS = flags.FLAGS
-SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 STOPPED = 3  # exit status of a sweep a signal stopped (resumable)
 
 
@@ -200,7 +201,7 @@ def define_flags() -> None:
   flags.DEFINE_bool("list", False, "List the registered sweeps.")
   flags.DEFINE_multi_string("only", [], "Run only the runs of these names (e.g. k=4).")
   flags.DEFINE_list("seeds", [], "Run only these seeds (e.g. 0,1).")
-  flags.DEFINE_integer("workers", 1, "Train this many runs at once, each in its own single-threaded process.")
+  flags.DEFINE_integer("workers", 1, "Train this many runs at once, each in its own process pinned to one core.")
   flags.DEFINE_string("worker", "", "Internal: 'i/n' trains runs i, i+n, i+2n, ... of the selection.")
   flags.DEFINE_string("compilation_cache", "{root}/jax_cache", "JAX persistent compilation cache ('' for none): "
                       "runs that differ only in seed compile the same programs.")
@@ -237,6 +238,9 @@ def main(argv):
   if FLAGS.worker:
     i, n = (int(v) for v in FLAGS.worker.split("/"))
     runs = runs[i::n]
+    core = pin_to_one_core(i)
+    logging.info("Worker %d of %d on %s.", i, n, "core %d" % core if core is not None else "every core (no "
+                 "sched_setaffinity here)")
   from rpr import stop
 
   with stop.handle_signals():
@@ -251,8 +255,22 @@ def main(argv):
   return 1 if outcome["failed"] else 0
 
 
+def pin_to_one_core(i: int) -> Optional[int]:
+  """Pins this process to the ``i``-th (mod their count) of the cores it may run on, and returns that core.
+
+  Before JAX starts its CPU client, so XLA's thread pool runs on that core alone. None where the system has no
+  ``os.sched_setaffinity`` (macOS): the process is left as it is.
+  """
+  if not hasattr(os, "sched_setaffinity"):
+    return None
+  cores = sorted(os.sched_getaffinity(0))
+  core = cores[i % len(cores)]
+  os.sched_setaffinity(0, {core})
+  return core
+
+
 def run_workers(n: int, args, root: str) -> int:
-  """This command in ``n`` single-threaded worker processes (``--worker=i/n``); the worst exit status of theirs."""
+  """This command in ``n`` worker processes (``--worker=i/n``), each pinned to one core; the worst exit status."""
   import signal
   import subprocess
 

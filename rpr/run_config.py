@@ -136,6 +136,21 @@ def _choice(config, key: str, allowed) -> None:
     _fail(key, config.get(key), list(allowed))
 
 
+def check_xla_flags(value: str) -> None:
+  """Raises :class:`ConfigError` if XLA would ignore part of the ``XLA_FLAGS`` value ``value``.
+
+  XLA stops reading the value at its first word without a leading ``--`` (such as the often-copied
+  ``intra_op_parallelism_threads=1``): every flag after that word is dropped without a word, so a run meant for
+  two devices trains on one.
+  """
+  words = value.split()
+  bare = next((i for i, w in enumerate(words) if not w.startswith("--")), len(words))
+  ignored = [w for w in words[bare + 1:] if w.startswith("--")]
+  if ignored:
+    raise ConfigError(f"XLA_FLAGS: XLA stops reading at {words[bare]!r} (no leading '--') and would ignore "
+                      f"{' '.join(ignored)}; allowed: '--' flags, with any other word last")
+
+
 def validate(config, num_devices: int, workdir: str | None = None, allow_changes=(), quiet: bool = False,
              trust_checkpoints: bool = False) -> None:
   """Raises :class:`ConfigError` naming the first bad key of ``config`` (or the workdir) and what it allows.
@@ -145,6 +160,7 @@ def validate(config, num_devices: int, workdir: str | None = None, allow_changes
   """
   if workdir is not None and os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f"--workdir {workdir!r} is a file; allowed: a directory (created if missing)")
+  check_xla_flags(os.environ.get("XLA_FLAGS", ""))
   try:
     _validate(config, num_devices)
     if workdir is not None:

@@ -82,6 +82,32 @@ def test_run_py_gives_one_line_and_exit_status_2(tmp_path, args, message):
   assert "Traceback" not in proc.stderr and not workdir.exists()
 
 
+def test_an_xla_flags_value_that_xla_would_cut_short_fails_before_any_work(tmp_path):
+  # The often-copied single-thread recipe with the device count after it: XLA reads no flag past the bare word.
+  flags = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1 --xla_force_host_platform_device_count=2"
+  workdir = tmp_path / "run"
+  proc = subprocess.run([sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={workdir}"], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags))
+  lines = [l for l in proc.stderr.splitlines() if l.startswith("run.py: error:")]
+  assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+  assert lines[0].endswith("XLA_FLAGS: XLA stops reading at 'intra_op_parallelism_threads=1' (no leading '--') and "
+                           "would ignore --xla_force_host_platform_device_count=2; allowed: '--' flags, with any "
+                           "other word last"), lines[0]
+  assert not workdir.exists()
+
+
+@pytest.mark.parametrize("value", ["", "--a=1 --b=2", "--a=1 bare other",
+                                   "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"])
+def test_xla_flags_that_xla_reads_whole_pass(value):
+  run_config.check_xla_flags(value)  # a bare word last drops nothing
+
+
+def test_every_flag_xla_would_ignore_is_named():
+  with pytest.raises(run_config.ConfigError, match=r"stops reading at 'x=1' .* would ignore --b=2 --c; allowed"):
+    run_config.check_xla_flags("--a=1 x=1 --b=2 y --c")
+
+
 TYPED_BAD = [
     ("eval_by_length", 1, r"config.eval_by_length = 1 is not allowed; allowed: True or False$"),
     ("eval_by_length", 0.0, r"config.eval_by_length = 0.0 is not allowed; allowed: True or False$"),

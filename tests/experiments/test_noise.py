@@ -16,8 +16,11 @@ CELL = {"dataset": "sotu", "position": "shaw", "max_distance": 16, "num_train_st
 PPL = ("test/perplexity", "test_x2/perplexity", "test_x4/perplexity", "test_x8/perplexity")
 
 
-def _lm_run(path, seed, ppl, step=100, **config):
-  return _workdir(path, {**CELL, **config, "seed": seed}, [{"step": step, **{m: ppl + i for i, m in enumerate(PPL)}}])
+def _lm_run(path, seed, ppl, step=100, devices=1, **config):
+  path = _workdir(path, {**CELL, **config, "seed": seed}, [{"step": step, **{m: ppl + i for i, m in enumerate(PPL)}}])
+  record = json.loads((path / "config.json").read_text())
+  (path / "config.json").write_text(json.dumps({**record, "num_devices": devices}))  # as the engine records it
+  return path
 
 
 @pytest.fixture
@@ -27,7 +30,7 @@ def results(tmp_path):
     _lm_run(tmp_path / "lm" / "clipping" / "k=16" / f"seed{seed}", seed, ppl)
   _lm_run(tmp_path / "lm" / "clipping" / "k=2" / "seed0", 0, 50.0, max_distance=2)  # another cell: not a twin
   _lm_run(tmp_path / "noise" / "lm_k16" / "same" / "seed0", 0, 40.25)
-  _lm_run(tmp_path / "noise" / "lm_k16" / "devices2" / "seed0", 0, 39.0, step=50)  # unfinished: left out
+  _lm_run(tmp_path / "noise" / "lm_k16" / "devices2" / "seed0", 0, 39.0, step=50, devices=2)  # unfinished: left out
   _lm_run(tmp_path / "lm" / "curves" / "k=16" / "seed0", 0, 30.0, num_train_steps=400)  # a longer budget: not one
   return tmp_path
 
@@ -38,13 +41,29 @@ def test_the_floor_is_the_largest_spread_between_a_committed_run_and_its_retrain
   assert json.loads((tmp_path / "out" / "floor.json").read_text()) == floor
   table = (tmp_path / "out" / "floor.md").read_text()
   # committed 40.00, same 40.25, devices2 unfinished, threads2 not run; the 3 seeds span 40.0-41.5.
-  assert "| lm_k16 | test/perplexity | 40.00 | 40.25 | - | - | **0.25** | 40.00-41.50 (1.50, 3 seeds) |" in table
-  assert "| lm_k16 | test_x8/perplexity | 43.00 | 43.25 | - | - | **0.25** | 43.00-44.50 (1.50, 3 seeds) |" in table
+  assert "| lm_k16 | test/perplexity | 40.00 | 40.25 | - | - | - | **0.25** | 40.00-41.50 (1.50, 3 seeds) |" in table
+  assert "| lm_k16 | test_x8/perplexity | 43.00 | 43.25 | - | - | - | **0.25** | 43.00-44.50 (1.50, 3 seeds) |" in table
+
+
+def test_a_run_not_trained_as_its_order_says_is_refused_by_name(results, tmp_path):
+  noise_dir, root = str(results / "noise"), str(results)
+  # An XLA_FLAGS value that XLA cut short trains "devices2" on one device: refused, not counted as two.
+  _lm_run(results / "noise" / "lm_k16" / "devices2" / "seed1", 1, 41.0, devices=1)
+  with pytest.raises(ValueError, match=r"devices2/seed1: trained on 1 device\(s\); allowed for order 'devices2': 2"):
+    noise.cells(noise_dir, root)
+  (results / "noise" / "lm_k16" / "devices2" / "seed1" / "config.json").unlink()
+  # One core is the launch line's (taskset), which config.json does not record.
+  _lm_run(results / "noise" / "lm_k16" / "cores1" / "seed0", 0, 40.1)
+  with pytest.raises(ValueError, match=r"cores1/seed0: launched as 'no launch.txt'; allowed for order 'cores1': a "
+                                       r"line with 'taskset -c 0'"):
+    noise.cells(noise_dir, root)
+  (results / "noise" / "lm_k16" / "cores1" / "launch.txt").write_text("taskset -c 0 python run.py ...\n")
+  assert [c["reruns"].keys() for c in noise.cells(noise_dir, root)] == [{"same", "devices2", "cores1"}]
 
 
 def test_a_retrained_run_whose_config_no_committed_run_has_is_refused_by_name(results, tmp_path):
-  _lm_run(results / "noise" / "lm_k16" / "threads2" / "seed0", 0, 40.0, max_distance=8)
-  with pytest.raises(ValueError, match=r"noise/lm_k16/threads2/seed0: 0 committed runs have its config \(seed "
+  _lm_run(results / "noise" / "lm_k16" / "repeat" / "seed0", 0, 40.0, max_distance=8)
+  with pytest.raises(ValueError, match=r"noise/lm_k16/repeat/seed0: 0 committed runs have its config \(seed "
                                        r"included\), \[\]; allowed: exactly one"):
     noise.write(str(tmp_path / "out"), str(results / "noise"), str(results))
 

@@ -235,3 +235,11 @@ def test_every_cell_of_a_longer_sweep_is_trained_by_its_shorter_sweeps(name):
   shorter = {cell(r) for other in sweep.shorter for r in sweeps.get(other).runs}
   missing = sorted({r.name for r in sweep.runs if cell(r) not in shorter})
   assert not missing, missing
+
+
+def test_a_worker_is_pinned_to_one_core_before_jax_starts():
+  # In a subprocess, so the test's own process keeps its cores. The i-th worker takes the i-th core (mod their count).
+  code = ("import os; from experiments import sweep; cores = sorted(os.sched_getaffinity(0)); "
+          "core = cores[3 % len(cores)]; print(sweep.pin_to_one_core(3) == core, os.sched_getaffinity(0) == {core})")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=sweeps.ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.stdout.split() == ["True", "True"], proc.stderr[-2000:]
