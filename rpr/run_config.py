@@ -282,9 +282,11 @@ def _validate_plateau(config) -> None:
 
 def environment() -> dict:
   """What ``config.json`` records of the machine beside the config; a resumed run may differ in it (logged)."""
-  # XLA's CPU threading changes reduction orders, so a result reproduces bit for bit only with the same flags.
+  # XLA:CPU's thread pool follows the cores the process may run on (its flags alone do not fix it), and its
+  # threading can change reduction orders: a result reproduces bit for bit with the same flags and cores.
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
   return {"num_devices": jax.device_count(), "num_processes": jax.process_count(),
-          "xla_flags": os.environ.get("XLA_FLAGS", ""), "jax_version": jax.__version__}
+          "xla_flags": os.environ.get("XLA_FLAGS", ""), "cpu_cores": cores, "jax_version": jax.__version__}
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:
