@@ -6,7 +6,8 @@ it was evaluated, checkpointing) and the seed. Per group the section shows
 the report's metric at both budgets (mean [min, max] over the seeds), the
 change of the means, and whether the two seed ranges are apart by more than
 the noise floor of the data set's metric (``experiments.noise``): a change
-is "not separated" otherwise. The paper's number for the cell is set beside
+is "not separated" otherwise, and "not judged" when a side has one seed (its
+seed range is unmeasured). The paper's number for the cell is set beside
 it where Shaw et al. have one (:func:`experiments.paper.cell`). Then every
 pair of cells is judged at both budgets, and the verdicts that changed with
 training are listed before those that held.
@@ -29,6 +30,9 @@ BUDGET_KEYS = ("seed", "num_train_steps", "eval_every_steps", "eval_splits", "fi
                *run_config.PLATEAU_KEYS)
 
 
+NOT_JUDGED = "not judged (one seed)"
+
+
 def cell(config: dict) -> str:
   """What a config trains, without its budget: equal for one cell at any budget."""
   return runs_lib.canonical({k: v for k, v in config.items() if k not in BUDGET_KEYS})
@@ -36,7 +40,10 @@ def cell(config: dict) -> str:
 
 def separation(a: Sequence[float], b: Sequence[float], floor: Optional[float], lower_is_better: bool) -> str:
   """Whether the values ``a`` are apart from ``b`` by more than ``floor``: "a better by g", "a worse by g" (g the
-  gap between the two ranges), or "not separated" (also when there is no floor to hold them to)."""
+  gap between the two ranges), "not separated" (also when there is no floor to hold them to), or "not judged
+  (one seed)" when a side has a single value: its range between seeds is not measured."""
+  if min(len(a), len(b)) < 2:
+    return NOT_JUDGED
   gap_up, gap_down = min(a) - max(b), min(b) - max(a)  # a's range above b's, or below it
   gap = max(gap_up, gap_down)
   if floor is None or gap <= floor:
@@ -84,20 +91,26 @@ def rows(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) -
 
 def pairs(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) -> list[str]:
   """Every pair of groups that both have shorter runs, judged at both budgets: which verdicts held, which
-  changed (:func:`separation` of the first against the second, with the data set's floor)."""
+  changed (:func:`separation` of the first against the second, with the data set's floor). A pair with one seed
+  in a cell at either budget is counted, not judged."""
   lower = baselines.lower_is_better(report.spec.metric)
   judged = [(g, [v for _, v in p]) for g, p in zip(report.groups, short) if p]
-  held, changed = [], []
+  held, changed, unjudged = [], [], 0
   for i, (a, a_short) in enumerate(judged):
     for b, b_short in judged[i + 1:]:
       floor = _floor(report, a)
       before, after = separation(a_short, b_short, floor, lower), separation(a.values, b.values, floor, lower)
+      if NOT_JUDGED in (before, after):
+        unjudged += 1
+        continue
       (held if before.split(" by ")[0] == after.split(" by ")[0] else changed).append(
           f"{a.label} against {b.label}: {before} at the shorter budget, {after} at this one "
           f"({len(a.values)} and {len(b.values)} runs)")
-  if not held and not changed:
+  if not held and not changed and not unjudged:
     return []
-  return [f"Each pair of cells at both budgets ({len(held)} verdicts held, {len(changed)} changed):", "",
+  skipped = (f" {unjudged} pairs are not judged: one of their cells has a single seed at a budget, whose range "
+             f"between seeds is not measured." if unjudged else "")
+  return [f"Each pair of cells at both budgets ({len(held)} verdicts held, {len(changed)} changed).{skipped}", "",
           *(f"- changed: {line}" for line in changed), *(f"- held: {line}" for line in held), ""]
 
 

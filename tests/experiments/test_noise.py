@@ -28,7 +28,8 @@ def results(tmp_path):
   """A committed sweep of 3 seeds, and its seed 0 retrained twice (one unfinished) under other orders."""
   for seed, ppl in enumerate([40.0, 41.5, 40.5]):
     _lm_run(tmp_path / "lm" / "clipping" / "k=16" / f"seed{seed}", seed, ppl)
-  _lm_run(tmp_path / "lm" / "clipping" / "k=2" / "seed0", 0, 50.0, max_distance=2)  # another cell: not a twin
+  for seed, ppl in enumerate([50.0, 50.5]):  # another cell: not a twin
+    _lm_run(tmp_path / "lm" / "clipping" / "k=2" / f"seed{seed}", seed, ppl, max_distance=2)
   _lm_run(tmp_path / "noise" / "lm_k16" / "same" / "seed0", 0, 40.25)
   _lm_run(tmp_path / "noise" / "lm_k16" / "devices2" / "seed0", 0, 39.0, step=50, devices=2)  # unfinished: left out
   _lm_run(tmp_path / "lm" / "curves" / "k=16" / "seed0", 0, 30.0, num_train_steps=400)  # a longer budget: not one
@@ -82,6 +83,8 @@ def test_the_committed_noise_table_and_floor_are_what_the_command_makes_of_the_c
     ([13, 14], [10, 12.5], 0.6, False, "not separated"),  # apart by 0.5, under the floor
     ([10, 12], [11, 13], 0.0, False, "not separated"),  # overlapping ranges
     ([13, 14], [10, 12], None, False, "not separated"),  # no floor measured: nothing is called real
+    ([13], [10, 11], 0.6, False, "not judged (one seed)"),  # one seed: its range between seeds is unmeasured
+    ([13, 14], [10], 0.6, False, "not judged (one seed)"),
 ])
 def test_separation_calls_a_difference_only_above_the_floor(a, b, floor, lower, expected):
   assert budgets.separation(a, b, floor, lower) == expected
@@ -112,9 +115,14 @@ def _longer_k16(results, tmp_path, monkeypatch):
     _lm_run(results / "longer" / "k=16" / f"seed{seed}", seed, ppl, step=400, num_train_steps=400)
 
 
+def _longer_k2(results, ppls):
+  for seed, ppl in enumerate(ppls):
+    _lm_run(results / "longer" / "k=2" / f"seed{seed}", seed, ppl, step=400, num_train_steps=400, max_distance=2)
+
+
 def test_the_report_sets_each_group_beside_its_cell_at_the_shorter_budget(results, tmp_path, monkeypatch):
   _longer_k16(results, tmp_path, monkeypatch)
-  _lm_run(results / "longer" / "k=2" / "seed0", 0, 41.0, step=400, num_train_steps=400, max_distance=2)
+  _longer_k2(results, [41.0, 41.0])
   _lm_run(results / "longer" / "k=4" / "seed0", 0, 41.0, step=400, num_train_steps=400, max_distance=4)
   out = tmp_path / "out"
   tabulate.write_report([str(results / "longer" / "*" / "*")], str(out), metric="test/perplexity",
@@ -124,20 +132,32 @@ def test_the_report_sets_each_group_beside_its_cell_at_the_shorter_budget(result
   # k = 16: 30-31 at 400 steps against 40-41.5 at 100 (mean 40.67): better by 9 > 0.25. k = 4: no shorter run.
   assert "| k=16 | 2 | 400 | 30.50 [30.00, 31.00] | 3 | 100 | 40.67 [40.00, 41.50] | -10.17 | better by 9.00 |" in table
   assert "| k=4 | 1 | 400 | 41.00 | 0 | - | - | - | - |" in table
-  # The pairs with shorter runs, judged at both budgets: k = 16 (40-41.5, then 30-31) against k = 2 (50, then 41).
-  assert "(1 verdicts held, 0 changed)" in table
-  assert ("- held: k=16 against k=2: better by 8.50 at the shorter budget, better by 10.00 at this one (2 and 1 "
+  # The pairs with shorter runs, judged at both budgets: k = 16 (40-41.5, then 30-31) against k = 2 (50-50.5,
+  # then 41).
+  assert "(1 verdicts held, 0 changed)." in table
+  assert ("- held: k=16 against k=2: better by 8.50 at the shorter budget, better by 10.00 at this one (2 and 2 "
           "runs)") in table
   assert "paper (BLEU" not in table  # a perplexity report has no BLEU beside it
 
 
 def test_a_verdict_that_training_changed_is_listed_as_changed(results, tmp_path, monkeypatch):
   _longer_k16(results, tmp_path, monkeypatch)
-  _lm_run(results / "longer" / "k=2" / "seed0", 0, 31.2, step=400, num_train_steps=400, max_distance=2)
+  _longer_k2(results, [31.2, 31.2])
   tabulate.write_report([str(results / "longer" / "*" / "*")], str(tmp_path / "out"), metric="test/perplexity",
                         shorter=(str(results / "lm" / "clipping" / "*" / "*"),))
   table = (tmp_path / "out" / "table.md").read_text()
   # 8.5 apart at the shorter budget; at this one 31.2 is 0.2 from 30-31, under the floor of 0.25.
   assert "(0 verdicts held, 1 changed)" in table
-  assert ("- changed: k=16 against k=2: better by 8.50 at the shorter budget, not separated at this one (2 and 1 "
+  assert ("- changed: k=16 against k=2: better by 8.50 at the shorter budget, not separated at this one (2 and 2 "
           "runs)") in table
+
+
+def test_a_pair_with_one_seed_in_a_cell_is_counted_and_not_judged(results, tmp_path, monkeypatch):
+  _longer_k16(results, tmp_path, monkeypatch)
+  _longer_k2(results, [41.0])  # 10 from k = 16 with one seed: no range between seeds to hold it to
+  tabulate.write_report([str(results / "longer" / "*" / "*")], str(tmp_path / "out"), metric="test/perplexity",
+                        shorter=(str(results / "lm" / "clipping" / "*" / "*"),))
+  table = (tmp_path / "out" / "table.md").read_text()
+  assert "| k=2 | 1 | 400 | 41.00 | 2 | 100 | 50.25 [50.00, 50.50] | -9.25 | not judged (one seed) |" in table
+  assert "(0 verdicts held, 0 changed). 1 pairs are not judged: one of their cells has a single seed" in table
+  assert "- held" not in table and "- changed" not in table
