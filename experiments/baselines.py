@@ -43,6 +43,7 @@ from absl import flags
 
 from experiments import columns
 from experiments import ngram
+from experiments import noise
 from experiments import render
 from experiments.sweeps import TRANSLATION_SHORT
 from rpr import metrics
@@ -133,21 +134,42 @@ def lower_is_better(metric: str) -> bool:
   return metric.rsplit("/", 1)[-1] in ("perplexity", "loss")
 
 
-@columns.section("baselines", order=5, shown=lambda report: bool(_baselines_of(report.spec.metric)))
+ONE_SEED = "one seed, not judged"
+
+
+def against(values: Sequence[float], baseline: float, floor: float | None, lower: bool) -> str:
+  """A group's seeds against a baseline's one number: :func:`experiments.noise.verdict`, or :data:`ONE_SEED` when
+  the group has a single seed (its range between seeds is not measured)."""
+  return ONE_SEED if len(values) < 2 else noise.verdict(values, [baseline], floor, lower)
+
+
+@columns.section("baselines", order=5, shown=lambda report: bool(of_metric(report.spec.metric)))
 def baselines_section(report: columns.Report) -> list[str]:
-  """The baselines that have the report's metric, and per group its margin over each on its worst seed."""
+  """The baselines that have the report's metric, and each group held to them with the noise floor: better or
+  worse when every seed is beyond the baseline by more than the floor (by the gap), else not separated."""
   metric, lines = report.spec.metric, []
   lower = lower_is_better(metric)
-  for name, value in _baselines_of(metric).items():
-    margins = [(g.label, value - max(g.values) if lower else min(g.values) - value) for g in report.groups]
-    above = ", ".join(f"{label} (by {m:.2f})" for label, m in margins if m > 0) or "none"
-    below = ", ".join(label for label, m in margins if m <= 0) or "none"
-    lines += [f"- Baseline **{name}**: {metric} {value:.2f} (`experiments/results/baselines/`). Better on every "
-              f"seed: {above}. Not on every seed: {below}."]
-  return ["Baselines (the margin is each group's worst seed against the baseline):", ""] + lines + [""]
+  for name, value in of_metric(metric).items():
+    verdicts: dict[str, list[str]] = {}
+    for g in report.groups:
+      floor = noise.floor_of(g.config.get("dataset"), metric)
+      found = against(g.values, value, None if floor is None else floor[0], lower)
+      kind, _, gap = found.partition(" by ")
+      verdicts.setdefault(kind, []).append(f"{g.label} (by {gap})" if gap else g.label)
+    listed = [f"{title}: {', '.join(verdicts.get(kind, [])) or 'none'}." for kind, title in (
+        ("better", "Better by more than the floor"), ("not separated", "Not separated"),
+        ("worse", "Worse by more than the floor"))]
+    if ONE_SEED in verdicts:
+      listed.append(f"One seed, not judged: {', '.join(verdicts[ONE_SEED])}.")
+    lines.append(f"- Baseline **{name}**: {metric} {value:.2f} (`experiments/results/baselines/`). {' '.join(listed)}")
+  floors = noise.floors_text([g.config.get("dataset") for g in report.groups], metric)
+  return [f"Baselines, each group held to them with the noise floor of {metric}: {floors}. A group is better or "
+          "worse than a baseline when every seed is beyond it by more than the floor (the gap between the baseline "
+          "and the nearest seed is given); otherwise it is not separated from it.", ""] + lines + [""]
 
 
-def _baselines_of(metric: str | None) -> dict[str, float]:
+def of_metric(metric: str | None) -> dict[str, float]:
+  """``{baseline: value}`` of every committed baseline that has ``metric``."""
   if not metric or not os.path.exists(RESULTS):
     return {}
   with open(RESULTS) as f:

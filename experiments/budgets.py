@@ -39,17 +39,11 @@ def cell(config: dict) -> str:
 
 
 def separation(a: Sequence[float], b: Sequence[float], floor: Optional[float], lower_is_better: bool) -> str:
-  """Whether the values ``a`` are apart from ``b`` by more than ``floor``: "a better by g", "a worse by g" (g the
-  gap between the two ranges), "not separated" (also when there is no floor to hold them to), or "not judged
-  (one seed)" when a side has a single value: its range between seeds is not measured."""
+  """:func:`experiments.noise.verdict` of two cells' seeds, or "not judged (one seed)" when a cell has a single
+  seed: its range between seeds is not measured."""
   if min(len(a), len(b)) < 2:
     return NOT_JUDGED
-  gap_up, gap_down = min(a) - max(b), min(b) - max(a)  # a's range above b's, or below it
-  gap = max(gap_up, gap_down)
-  if floor is None or gap <= floor:
-    return "not separated"
-  better = (gap_up > 0) != lower_is_better
-  return f"{'better' if better else 'worse'} by {gap:.2f}"
+  return noise.verdict(a, b, floor, lower_is_better)
 
 
 def _spread(values: Sequence[float], digits: int) -> str:
@@ -67,7 +61,8 @@ def shorter_values(report: columns.Report) -> list[list[tuple[int, float]]]:
 
 
 def _floor(report: columns.Report, group: runs_lib.Group) -> Optional[float]:
-  return noise.read_floor().get(group.config.get("dataset"), {}).get(report.spec.metric)
+  found = noise.floor_of(group.config.get("dataset"), report.spec.metric)
+  return None if found is None else found[0]
 
 
 def rows(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) -> list[list[str]]:
@@ -122,14 +117,13 @@ def _bleu(report: columns.Report) -> bool:
 def budgets_section(report: columns.Report) -> list[str]:
   """Each group beside its cell at the shorter budget, and whether the change is above the noise floor."""
   metric, short = report.spec.metric, shorter_values(report)
-  floors = {d: ms[metric] for d, ms in noise.read_floor().items() if metric in ms}
-  floor_text = ", ".join(f"{v:.2f} ({d})" for d, v in sorted(floors.items())) or "none measured"
+  floor_text = noise.floors_text([g.config.get("dataset") for g in report.groups], metric)
   header = ["variant", "runs", "step", f"{metric}", "shorter: runs", "step", f"{metric}", "change of means",
             "this budget against the shorter", *(["paper (BLEU, table)"] if _bleu(report) else [])]
   paper_text = (" The paper's BLEU is that of the one table that varies what the cell varies: T1 newstest2014, "
                 "T2 and T3 newstest2013." if _bleu(report) else "")
   return [f"At this budget and at the shorter one (the same cells in the runs of {', '.join(report.spec.shorter)}; "
           f"mean [min, max] over seeds). A change counts only when the two ranges are apart by more than the "
-          f"noise floor of {metric}: {floor_text} (`experiments/results/noise/`).{paper_text}", "",
+          f"noise floor of {metric}: {floor_text}.{paper_text}", "",
           render.markdown_table(header, rows(report, short), ["---"] + [render.RIGHT] * (len(header) - 1)), "",
           *pairs(report, short)]

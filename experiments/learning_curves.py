@@ -2,7 +2,8 @@
 
 Every run the report reads is drawn, the unfinished ones included (a curve
 in progress is the point of the plot), in its group's colour, one line per
-seed. Under the plot, per group: its runs, the step each has reached, the
+seed, with each committed baseline that has the metric as a dashed line
+(``experiments.baselines``). Under the plot, per group: its runs, the step each has reached, the
 last value of each metric (mean and range over the runs), and, for runs
 with a plateau rule (``config.plateau_metric``), the step where the rule
 stopped them, "training", or that they reached ``num_train_steps`` (the cap)
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from experiments import baselines
 from experiments import columns
 from experiments import render
 from experiments import runs as runs_lib
@@ -35,6 +37,8 @@ def plot(path: str, groups: Sequence[tuple[str, list[runs_lib.RunRecord]]], metr
       for j, run in enumerate(runs):
         steps, values = series(run, metric)
         ax.plot(steps, values, color=color, linewidth=1.2, alpha=0.85, label=label if j == 0 else None)
+    for k, (name, value) in enumerate(baselines.of_metric(metric).items()):
+      ax.axhline(value, color="0.35", linestyle=("--", ":")[k % 2], linewidth=1.0, label=f"{name} ({value:.2f})")
     ax.set_xlabel("training step")
     ax.set_ylabel(metric)
     if metric.endswith("perplexity"):
@@ -42,7 +46,10 @@ def plot(path: str, groups: Sequence[tuple[str, list[runs_lib.RunRecord]]], metr
       for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):  # 40, 60, not 4x10^1
         axis(plt.matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.grid(alpha=0.3)
-  axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+  legend = {}  # the groups once, and every axis's baselines
+  for ax in axes[0]:
+    legend.update((label, handle) for handle, label in zip(*ax.get_legend_handles_labels()))
+  axes[0][-1].legend(legend.values(), legend.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
   fig.suptitle("learning curves: one line per run")
   render.save(fig, path)
 

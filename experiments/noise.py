@@ -12,7 +12,8 @@ set's metric is the largest spread of its cells. Beside each spread is the
 cell's seed range (its committed group), which a floor is read against.
 
 Writes ``floor.md`` and ``floor.json`` (``{dataset: {metric: floor}}``, read
-by the reports' budget section, ``experiments.budgets``).
+by the reports' budget and baseline sections, through :func:`floor_of`, and
+held to by :func:`verdict`).
 
 Command: ``python -m experiments.noise``.
 """
@@ -160,6 +161,37 @@ def read_floor(path: Optional[str] = None) -> dict:
     return {}
   with open(path, encoding="utf-8") as f:
     return json.load(f)
+
+
+def floor_of(dataset: Optional[str], metric: str) -> Optional[tuple[float, str]]:
+  """(floor, the metric it was measured on) for ``metric`` on ``dataset``: the metric's own floor, else that of the
+  same score on the test split (``test/bleu`` for ``test_long/bleu``); None when neither is measured."""
+  floors = read_floor().get(dataset, {})
+  for measured in (metric, f"test/{metric.rsplit('/', 1)[-1]}"):
+    if measured in floors:
+      return floors[measured], measured
+  return None
+
+
+def floors_text(datasets: Sequence[Optional[str]], metric: str) -> str:
+  """The floor of ``metric`` on each of ``datasets``, and the metric it was measured on (:func:`floor_of`)."""
+  parts = []
+  for dataset in sorted({str(d) for d in datasets}):
+    found = floor_of(dataset, metric)
+    parts.append(f"none measured ({dataset})" if found is None else
+                 f"{found[0]:.2f} ({dataset}{'' if found[1] == metric else ', that of ' + found[1]})")
+  return ", ".join(parts) + " (`experiments/results/noise/`)"
+
+
+def verdict(a: Sequence[float], b: Sequence[float], floor: Optional[float], lower_is_better: bool) -> str:
+  """Whether the values ``a`` are apart from ``b`` by more than ``floor``: "better by g", "worse by g" (g the gap
+  between the two ranges), or "not separated" (also when there is no floor to hold them to)."""
+  gap_up, gap_down = min(a) - max(b), min(b) - max(a)  # a's range above b's, or below it
+  gap = max(gap_up, gap_down)
+  if floor is None or gap <= floor:
+    return "not separated"
+  better = (gap_up > 0) != lower_is_better
+  return f"{'better' if better else 'worse'} by {gap:.2f}"
 
 
 def define_flags() -> None:

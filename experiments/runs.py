@@ -69,13 +69,14 @@ class RunRecord:
 
 
 def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
-  """Every workdir matched by ``patterns`` that holds ``config.json`` and ``metrics.jsonl``, sorted by path.
+  """Every workdir matched by ``patterns`` that holds ``config.json`` and ``metrics.jsonl``, sorted by path with
+  its numbers read as numbers (``k=2`` before ``k=16``, ``seed2`` before ``seed10``).
 
   A step logged twice (a run restarted from an earlier checkpoint) keeps its later record
   (:func:`rpr.records.dedupe`).
   """
   runs = []
-  for workdir in sorted({p for pattern in patterns for p in glob.glob(pattern)}):
+  for workdir in sorted({p for pattern in patterns for p in glob.glob(pattern)}, key=natural_key):
     config_path, metrics_path = os.path.join(workdir, "config.json"), os.path.join(workdir, "metrics.jsonl")
     if not (os.path.isfile(config_path) and os.path.isfile(metrics_path)):
       continue
@@ -85,6 +86,11 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
       records = records_lib.dedupe([json.loads(line) for line in f if line.strip()])
     runs.append(RunRecord(workdir, flatten(with_engine_defaults(raw)), records, run_config.migrate(raw)))
   return runs
+
+
+def natural_key(text: str) -> tuple:
+  """A sort key that orders the runs of digits in ``text`` by value: ``k=2 < k=16``."""
+  return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part)
 
 
 def with_engine_defaults(config: dict) -> dict:

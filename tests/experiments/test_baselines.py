@@ -7,6 +7,7 @@ import types
 import numpy as np
 
 from experiments import baselines
+from experiments import noise
 from rpr import tokens
 
 
@@ -24,27 +25,44 @@ def test_documents_of_a_stream_end_at_each_eos():
   assert [d.tolist() for d in docs] == [[5, 6, e], [7, e], [8, 9, 9, e]]
 
 
-DATA = {"translation": {"retrieval": {"test": {"bleu": 13.0, "chrf": 30.0, "verses": 3}},
+DATA = {"translation": {"retrieval": {"test": {"bleu": 13.0, "chrf": 30.0, "verses": 3},
+                                      "test_long": {"bleu": 5.0, "chrf": 20.0, "verses": 2}},
                         "copy": {"test": {"bleu": 2.0, "chrf": 20.0, "verses": 3}}},
         "lm": {"chosen_order": "4", "orders": {"3": {"splits": {"test": {"perplexity": 40.0, "tokens": 9}}},
                                                 "4": {"splits": {"test": {"perplexity": 32.0, "tokens": 9}}}}}}
 
 
-def _report(metric, groups):
-  return types.SimpleNamespace(spec=types.SimpleNamespace(metric=metric),
-                               groups=[types.SimpleNamespace(label=k, values=v) for k, v in groups.items()])
+def _section(metric, groups, dataset):
+  report = types.SimpleNamespace(spec=types.SimpleNamespace(metric=metric), groups=[
+      types.SimpleNamespace(label=k, values=v, config={"dataset": dataset}) for k, v in groups.items()])
+  return "\n".join(baselines.baselines_section(report))
 
 
-def test_the_section_gives_each_groups_margin_on_its_worst_seed(tmp_path, monkeypatch):
-  path = tmp_path / "baselines.json"
-  path.write_text(json.dumps(DATA))
-  monkeypatch.setattr(baselines, "RESULTS", str(path))
-  text = "\n".join(baselines.baselines_section(_report("test/bleu", {"shaw": [14.0, 15.5], "t5": [12.0, 14.0]})))
-  assert "retrieval: the nearest training verse's English (TF-IDF)**: test/bleu 13.00" in text
-  assert "Better on every seed: shaw (by 1.00). Not on every seed: t5." in text
-  assert "copy: the French source**: test/bleu 2.00" in text and "shaw (by 12.00), t5 (by 10.00)" in text
+def test_the_section_holds_each_group_to_each_baseline_with_the_noise_floor(tmp_path, monkeypatch):
+  (tmp_path / "baselines.json").write_text(json.dumps(DATA))
+  monkeypatch.setattr(baselines, "RESULTS", str(tmp_path / "baselines.json"))
+  (tmp_path / "floor.json").write_text(json.dumps({"bible_fr_en": {"test/bleu": 0.6}, "sotu": {"test/perplexity": 0.25}}))
+  monkeypatch.setattr(noise, "FLOOR_FILE", str(tmp_path / "floor.json"))
+  groups = {"shaw": [14.0, 15.5], "rope": [13.5, 14.0], "t5": [12.0, 14.0], "k=0": [8.0, 9.0], "one": [20.0]}
+  text = _section("test/bleu", groups, "bible_fr_en")
+  assert "noise floor of test/bleu: 0.60 (bible_fr_en) (`experiments/results/noise/`)" in text
+  # shaw's worst seed is 1.0 above 13, rope's 0.5 (under the floor), t5 straddles it, k = 0's best is 4.0 under.
+  assert ("retrieval: the nearest training verse's English (TF-IDF)**: test/bleu 13.00 (`experiments/results/"
+          "baselines/`). Better by more than the floor: shaw (by 1.00). Not separated: rope, t5. Worse by more than "
+          "the floor: k=0 (by 4.00). One seed, not judged: one.") in text
+  assert ("copy: the French source**: test/bleu 2.00 (`experiments/results/baselines/`). Better by more than the "
+          "floor: shaw (by 12.00), rope (by 11.50), t5 (by 10.00), k=0 (by 6.00). Not separated: none. Worse by more "
+          "than the floor: none. One seed, not judged: one.") in text
+  # A split without a floor of its own is held to the test split's, and says so.
+  text = _section("test_long/bleu", {"shaw": [6.0, 7.0]}, "bible_fr_en")
+  assert "0.60 (bible_fr_en, that of test/bleu)" in text and "floor: shaw (by 1.00)." in text
   # Perplexity: lower is better, and the chosen order is the baseline.
-  text = "\n".join(baselines.baselines_section(_report("test/perplexity", {"k=2": [31.0, 31.5], "k=0": [70.0]})))
+  ppl = {"k=2": [31.0, 31.5], "k=4": [31.5, 31.9], "k=0": [70.0, 71.0]}
+  text = _section("test/perplexity", ppl, "sotu")
   assert "Kneser-Ney 4-gram**: test/perplexity 32.00" in text and "40.00" not in text
-  assert "Better on every seed: k=2 (by 0.50). Not on every seed: k=0." in text
-  assert baselines._baselines_of("test/exact_match") == {}
+  assert ("Better by more than the floor: k=2 (by 0.50). Not separated: k=4. Worse by more than the floor: k=0 (by "
+          "38.00).") in text
+  # No floor measured for the data set: nothing is called separated.
+  text = _section("test/perplexity", ppl, "other")
+  assert "none measured (other)" in text and "Better by more than the floor: none. Not separated: k=2, k=4, k=0." in text
+  assert baselines.of_metric("test/exact_match") == {}

@@ -132,10 +132,10 @@ def test_the_report_sets_each_group_beside_its_cell_at_the_shorter_budget(result
   # k = 16: 30-31 at 400 steps against 40-41.5 at 100 (mean 40.67): better by 9 > 0.25. k = 4: no shorter run.
   assert "| k=16 | 2 | 400 | 30.50 [30.00, 31.00] | 3 | 100 | 40.67 [40.00, 41.50] | -10.17 | better by 9.00 |" in table
   assert "| k=4 | 1 | 400 | 41.00 | 0 | - | - | - | - |" in table
-  # The pairs with shorter runs, judged at both budgets: k = 16 (40-41.5, then 30-31) against k = 2 (50-50.5,
-  # then 41).
+  # The pairs with shorter runs, judged at both budgets, in path order (k = 2 before k = 16): k = 2 (50-50.5,
+  # then 41) against k = 16 (40-41.5, then 30-31).
   assert "(1 verdicts held, 0 changed)." in table
-  assert ("- held: k=16 against k=2: better by 8.50 at the shorter budget, better by 10.00 at this one (2 and 2 "
+  assert ("- held: k=2 against k=16: worse by 8.50 at the shorter budget, worse by 10.00 at this one (2 and 2 "
           "runs)") in table
   assert "paper (BLEU" not in table  # a perplexity report has no BLEU beside it
 
@@ -148,7 +148,7 @@ def test_a_verdict_that_training_changed_is_listed_as_changed(results, tmp_path,
   table = (tmp_path / "out" / "table.md").read_text()
   # 8.5 apart at the shorter budget; at this one 31.2 is 0.2 from 30-31, under the floor of 0.25.
   assert "(0 verdicts held, 1 changed)" in table
-  assert ("- changed: k=16 against k=2: better by 8.50 at the shorter budget, not separated at this one (2 and 2 "
+  assert ("- changed: k=2 against k=16: worse by 8.50 at the shorter budget, not separated at this one (2 and 2 "
           "runs)") in table
 
 

@@ -215,6 +215,14 @@ def test_curve_draws_each_group_as_a_line_over_the_metrics(table2_runs, tmp_path
   assert (tmp_path / "curve.png").stat().st_size > 0
 
 
+def test_runs_are_read_in_path_order_with_numbers_compared_as_numbers(table2_runs):
+  names = [pathlib.Path(r.workdir).relative_to(table2_runs).as_posix()
+           for r in runs_lib.load_runs([str(table2_runs / "*" / "*")])]
+  assert names == [f"k={k}/seed{s}" for k in (0, 4, 256) for s in (0, 1, 2)]  # k=256 after k=4, not before
+  assert sorted(["seed10", "k=16", "seed2", "k=2", "alibi"], key=runs_lib.natural_key) == [
+      "alibi", "k=2", "k=16", "seed2", "seed10"]
+
+
 def test_a_record_from_before_an_engine_key_existed_groups_with_its_default(tmp_path):
   old = {**BASE, "max_distance": 4, "seed": 0}  # written before final_eval_splits / source_length_buckets
   new = {**old, "seed": 1, "final_eval_splits": [], "source_length_buckets": []}
