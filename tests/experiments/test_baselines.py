@@ -41,7 +41,8 @@ def _section(metric, groups, dataset):
 def test_the_section_holds_each_group_to_each_baseline_with_the_noise_floor(tmp_path, monkeypatch):
   (tmp_path / "baselines.json").write_text(json.dumps(DATA))
   monkeypatch.setattr(baselines, "RESULTS", str(tmp_path / "baselines.json"))
-  (tmp_path / "floor.json").write_text(json.dumps({"bible_fr_en": {"test/bleu": 0.6}, "sotu": {"test/perplexity": 0.25}}))
+  floors = {"bible_fr_en": {"test/bleu": 0.6}, "sotu": {"test/perplexity": 0.25}}
+  (tmp_path / "floor.json").write_text(json.dumps(floors))
   monkeypatch.setattr(noise, "FLOOR_FILE", str(tmp_path / "floor.json"))
   groups = {"shaw": [14.0, 15.5], "rope": [13.5, 14.0], "t5": [12.0, 14.0], "k=0": [8.0, 9.0], "one": [20.0]}
   text = _section("test/bleu", groups, "bible_fr_en")
@@ -64,5 +65,6 @@ def test_the_section_holds_each_group_to_each_baseline_with_the_noise_floor(tmp_
           "38.00).") in text
   # No floor measured for the data set: nothing is called separated.
   text = _section("test/perplexity", ppl, "other")
-  assert "none measured (other)" in text and "Better by more than the floor: none. Not separated: k=2, k=4, k=0." in text
+  assert "none measured (other)" in text
+  assert "Better by more than the floor: none. Not separated: k=2, k=4, k=0." in text
   assert baselines.of_metric("test/exact_match") == {}
