@@ -79,6 +79,35 @@ def command(run: sweeps.Run, root: str, sweep: str) -> str:
   return " ".join(words)
 
 
+def last_step(workdir: str) -> Optional[int]:
+  """The last step ``workdir``'s records reached, or None before its first record."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    return max((int(json.loads(line)["step"]) for line in f if line.strip()), default=None)
+
+
+def print_sweep(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> None:
+  """Each run's command, "# finished: " before those that are; a comment with the step reached before each run
+  in progress; then how many are finished and the report's command."""
+  done = in_progress = 0
+  for run in runs:
+    workdir, config = sweep.workdir(run, root), load_config(run, root)
+    if finished(workdir, config):
+      done += 1
+      print("# finished: " + command(run, root, sweep.name))
+      continue
+    step = last_step(workdir)
+    if step is not None:
+      in_progress += 1
+      print(f"# in progress: step {step:,} of {config.num_train_steps:,} (the command resumes it from its last "
+            "checkpoint)")
+    print(command(run, root, sweep.name))
+  print(f"# {done} of {len(runs)} runs finished, {in_progress} in progress")
+  print("# report: " + report_command(sweep, root))
+
+
 def finished(workdir: str, config) -> bool:
   """Whether ``workdir`` holds the run's last step with the evaluation of every split the config evaluates there.
 
@@ -218,10 +247,7 @@ def main(argv):
   runs = select(sweep, FLAGS.only, [int(s) for s in FLAGS.seeds])
   root = FLAGS.root
   if FLAGS.print:
-    for run in runs:
-      done = finished(sweep.workdir(run, root), load_config(run, root))
-      print(("# finished: " if done else "") + command(run, root, sweep.name))
-    print("# report: " + report_command(sweep, root))
+    print_sweep(sweep, runs, root)
     return 0
   from rpr import checkpoint
 

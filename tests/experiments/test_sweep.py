@@ -98,8 +98,24 @@ def test_printed_commands_name_the_config_variant_workdir_and_every_key(tmp_path
   proc = subprocess.run([sys.executable, "-m", "experiments.sweep", name, "--print", "--seeds", "1", "--only", only,
                          "--root", str(tmp_path)], cwd=sweeps.ROOT, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-2000:]
-  assert proc.stdout.splitlines() == [expected.format(root=tmp_path),
+  assert proc.stdout.splitlines() == [expected.format(root=tmp_path), "# 0 of 1 runs finished, 0 in progress",
                                       "# report: " + sweep_lib.report_command(sweeps.get(name), str(tmp_path))]
+
+
+def test_print_marks_the_finished_runs_and_says_where_each_run_in_progress_stands(tmp_path, capsys):
+  sweep = sweeps.get("length_tiny")
+  runs = list(sweep.runs[:3])
+  _finish(pathlib.Path(sweep.workdir(runs[0], str(tmp_path))), sweep_lib.load_config(runs[0], "").num_train_steps)
+  _finish(pathlib.Path(sweep.workdir(runs[1], str(tmp_path))), 5, evaluated=False)  # stopped at step 5
+  sweep_lib.print_sweep(sweep, runs, str(tmp_path))
+  lines = capsys.readouterr().out.splitlines()
+  steps = sweep_lib.load_config(runs[1], "").num_train_steps
+  assert lines[:-1] == ["# finished: " + sweep_lib.command(runs[0], str(tmp_path), sweep.name),
+                        f"# in progress: step 5 of {steps:,} (the command resumes it from its last checkpoint)",
+                        sweep_lib.command(runs[1], str(tmp_path), sweep.name),
+                        sweep_lib.command(runs[2], str(tmp_path), sweep.name),  # not started
+                        "# 1 of 3 runs finished, 1 in progress"]
+  assert lines[-1].startswith("# report: python -m experiments.report")
 
 
 def _finish(workdir, steps, evaluated=True, splits=("valid", "long")):
