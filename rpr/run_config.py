@@ -17,8 +17,7 @@ import json
 import math
 import numbers
 import os
-import subprocess
-from typing import Mapping, Optional
+from typing import Mapping
 
 import jax
 import ml_collections
@@ -28,6 +27,7 @@ from rpr import data
 from rpr import model as model_lib
 from rpr import optim
 from rpr import plateau
+from rpr import provenance
 from rpr.attention import positions
 from rpr.data import synthetic
 
@@ -281,36 +281,6 @@ def _validate_plateau(config) -> None:
   _int(config, "plateau_smoothing", 1)
 
 
-CODE = ("rpr", "configs", "run.py")  # the tracked paths whose changes :func:`code_version` reports
-
-
-def code_version(root: Optional[str] = None) -> Optional[str]:
-  """The git commit of the checkout at ``root`` (default: the one this package runs from), ``+modified`` when a
-  tracked file of :data:`CODE` differs from it; None where ``root`` is not a checkout's top (an installed wheel)
-  or without git."""
-  root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  git = lambda *args: subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=30,
-                                     check=True).stdout.strip()
-  try:
-    if git("rev-parse", "--show-toplevel") != root:
-      return None  # a git checkout around the package, not its own
-    commit, modified = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no", "--", *CODE)
-  except (OSError, subprocess.SubprocessError):
-    return None
-  return commit + ("+modified" if modified else "")
-
-
-def environment() -> dict:
-  """What ``config.json`` records of the machine and the code beside the config; a resumed run may differ in it
-  (logged)."""
-  # XLA:CPU's thread pool follows the cores the process may run on (its flags alone do not fix it), and its
-  # threading can change reduction orders: a result reproduces bit for bit with the same flags and cores.
-  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  return {"num_devices": jax.device_count(), "num_processes": jax.process_count(),
-          "xla_flags": os.environ.get("XLA_FLAGS", ""), "cpu_cores": cores, "jax_version": jax.__version__,
-          "code_version": code_version()}
-
-
 def _flat(tree: dict, prefix: str = "") -> dict:
   out = {}
   for k, v in tree.items():
@@ -358,7 +328,7 @@ def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False, tr
   one line naming each key, its old and its new value. A workdir with
   checkpoints or metrics but no ``config.json`` is refused unless
   ``trust_checkpoints`` (the user confirms that this config trained them).
-  A change of the recorded environment (:func:`environment`) is logged.
+  A change of the recorded environment (:func:`rpr.provenance.environment`) is logged.
   ``quiet``: nothing is logged.
   """
   path, checkpoints = os.path.join(workdir, "config.json"), os.path.join(workdir, "checkpoints")
@@ -400,7 +370,7 @@ def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False, tr
   for k in changed:
     log = logging.info if k in safe else logging.warning
     log("Resuming %s with config.%s changed: %s -> %s.", workdir, k, show(old, k), show(new, k))
-  for k, v in environment().items():
+  for k, v in provenance.environment().items():
     if k in record and record[k] != v:
       logging.warning("Resuming %s with %s %r, recorded %r: the run goes on, but may not repeat a straight run bit "
                       "for bit.", workdir, k, v, record[k])

@@ -34,6 +34,7 @@ from rpr import checkpoint
 from rpr import data
 from rpr import optim
 from rpr import plateau
+from rpr import provenance
 from rpr import predict as predict_lib
 from rpr import records
 from rpr import run_config
@@ -85,7 +86,7 @@ def _save_config(config, model_config: ModelConfig, workdir: str) -> None:
   from rpr import workdir as workdir_lib
 
   workdir_lib.write_record(workdir, {"config": json.loads(config.to_json_best_effort()),
-                                     "model_config": model_config.to_dict(), **run_config.environment()})
+                                     "model_config": model_config.to_dict(), **provenance.environment()})
 
 
 @dataclasses.dataclass

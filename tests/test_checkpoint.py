@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from rpr import checkpoint
+from rpr import provenance
 from rpr import run_config
 from rpr import train
 from tests.test_train import ROOT, _env, load_state, tiny_config
@@ -271,7 +272,7 @@ def test_allowed_changes_and_a_changed_environment_resume(runs, tmp_path, caplog
   record["xla_flags"] = "--xla_cpu_some_flag"  # a record of the machine, not config: logged, not refused
   assert record["cpu_cores"] == len(os.sched_getaffinity(0))  # the cores XLA's thread pool may use
   record["cpu_cores"] += 7
-  assert record["code_version"] == run_config.code_version()  # the commit this code runs from
+  assert record["code_version"] == provenance.code_version()  # the commit this code runs from
   record["code_version"] = "0" * 40
   (workdir / "config.json").write_text(json.dumps(record))
   config = tiny_config(**{**RUN, "keep_checkpoints": 3}, num_train_steps=6, learning_rate=0.02)
@@ -284,7 +285,7 @@ def test_allowed_changes_and_a_changed_environment_resume(runs, tmp_path, caplog
   assert any(f"xla_flags {now!r}, recorded '--xla_cpu_some_flag'" in m for m in messages), messages
   cores = len(os.sched_getaffinity(0))
   assert any(f"cpu_cores {cores!r}, recorded {cores + 7!r}" in m for m in messages), messages
-  assert any(f"code_version {run_config.code_version()!r}, recorded '{'0' * 40}'" in m for m in messages), messages
+  assert any(f"code_version {provenance.code_version()!r}, recorded '{'0' * 40}'" in m for m in messages), messages
   assert json.loads((workdir / "config.json").read_text())["config"]["learning_rate"] == 0.02
 
 

@@ -45,8 +45,8 @@ def test_a_committed_sweep_is_written_back_with_the_keys_that_differ(tmp_path):
     (run / "config.json").write_text(json.dumps({"config": config}))
     (run / "metrics.jsonl").write_text(json.dumps({"step": 4, "test/perplexity": 40.0 + k}) + "\n")
   folders = hparams_view.export([str(tmp_path / "runs" / "*" / "*")], str(tmp_path / "tb"))
-  assert [os.path.relpath(f, tmp_path / "tb") for f in folders] == ["k=16/seed1", "k=2/seed0"]
-  (events,) = glob.glob(os.path.join(folders[1], "events.out.tfevents.*"))
+  assert [os.path.relpath(f, tmp_path / "tb") for f in folders] == ["k=2/seed0", "k=16/seed1"]  # numbers as numbers
+  (events,) = glob.glob(os.path.join(folders[0], "events.out.tfevents.*"))
   acc = event_accumulator.EventAccumulator(events, size_guidance={event_accumulator.TENSORS: 0})
   acc.Reload()
   data = plugin_data_pb2.HParamsPluginData.FromString(acc.PluginTagToContent("hparams")["_hparams_/session_start_info"])

@@ -108,26 +108,6 @@ def test_every_flag_xla_would_ignore_is_named():
     run_config.check_xla_flags("--a=1 x=1 --b=2 y --c")
 
 
-def test_the_code_version_is_the_checkouts_commit_and_says_when_the_code_differs_from_it(tmp_path):
-  assert run_config.code_version(str(tmp_path)) is None  # not a git checkout
-  git = lambda *args: subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                                     check=True, capture_output=True, text=True).stdout.strip()
-  git("init", "-q")
-  (tmp_path / "rpr").mkdir()
-  (tmp_path / "rpr" / "model.py").write_text("x = 1\n")
-  (tmp_path / "notes.md").write_text("a\n")
-  git("add", ".")
-  git("commit", "-q", "-m", "first")
-  commit = git("rev-parse", "HEAD")
-  assert run_config.code_version(str(tmp_path)) == commit
-  (tmp_path / "notes.md").write_text("b\n")  # not code
-  (tmp_path / "rpr" / "new.py").write_text("y = 2\n")  # untracked
-  assert run_config.code_version(str(tmp_path)) == commit
-  (tmp_path / "rpr" / "model.py").write_text("x = 2\n")
-  assert run_config.code_version(str(tmp_path)) == commit + "+modified"
-  assert run_config.code_version(str(tmp_path / "rpr")) is None  # inside a checkout, not its top
-
-
 TYPED_BAD = [
     ("eval_by_length", 1, r"config.eval_by_length = 1 is not allowed; allowed: True or False$"),
     ("eval_by_length", 0.0, r"config.eval_by_length = 0.0 is not allowed; allowed: True or False$"),
