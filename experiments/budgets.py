@@ -10,7 +10,11 @@ is "not separated" otherwise, and "not judged" when a side has one seed (its
 seed range is unmeasured). The paper's number for the cell is set beside
 it where Shaw et al. have one (:func:`experiments.paper.cell`). Then every
 pair of cells is judged at both budgets, and the verdicts that changed with
-training are listed before those that held.
+training are listed before those that held. Last, each run is set beside
+its seed's shorter run at that run's last training record: the same
+learning rate there says the schedule does not depend on the budget up to
+it, and the difference of the training losses shows how far the longer run
+retraces the shorter one.
 """
 
 from __future__ import annotations
@@ -52,12 +56,37 @@ def _spread(values: Sequence[float], digits: int) -> str:
                                                        f"{s['max']:.{digits}f}]"
 
 
-def shorter_values(report: columns.Report) -> list[list[tuple[int, float]]]:
-  """Per group, (step, value) of the report's metric in each run of its cell at the shorter budget."""
-  shorter = runs_lib.load_runs(report.spec.shorter)
+def shorter_values(report: columns.Report, shorter: Sequence[runs_lib.RunRecord]) -> list[list[tuple[int, float]]]:
+  """Per group, (step, value) of the report's metric in each of the ``shorter`` runs of its cell."""
   metric = report.spec.metric
   return [[p for r in shorter if cell(r.config) == cell(g.config) and (p := r.last(metric)) is not None]
           for g in report.groups]
+
+
+def _at(run: runs_lib.RunRecord, step: int, metric: str) -> Optional[float]:
+  return next((float(r[metric]) for r in run.records if r["step"] == step and isinstance(r.get(metric), (int, float))),
+              None)
+
+
+def retrace_rows(report: columns.Report, shorter: Sequence[runs_lib.RunRecord]) -> list[list[str]]:
+  """Per group, each run beside its seed's shorter run at that run's last training record (step S): whether the
+  learning rate at S is the same in both, and the training loss at S, this budget minus the shorter."""
+  keys = ("train/learning_rate", "train/loss")
+  out = []
+  for g in report.groups:
+    found = []  # (seed, S, this run's values at S, the shorter run's)
+    for run in g.runs:
+      twin = next((r for r in shorter if cell(r.config) == cell(g.config) and r.seed == run.seed), None)
+      last = twin.last("train/loss") if twin else None
+      if last is not None:
+        mine, theirs = [_at(run, last[0], k) for k in keys], [_at(twin, last[0], k) for k in keys]
+        if None not in mine + theirs:
+          found.append((run.seed, last[0], mine, theirs))
+    if found:
+      same = all(abs(m[0] - t[0]) <= 1e-6 * abs(t[0]) for _, _, m, t in found)
+      out.append([g.label, ", ".join(str(seed) for seed, *_ in found), runs_lib.step_range([s for _, s, _, _ in found]),
+                  "same" if same else "differs", ", ".join(f"{m[1] - t[1]:+.4f}" for _, _, m, t in found)])
+  return out
 
 
 def _floor(report: columns.Report, group: runs_lib.Group) -> Optional[float]:
@@ -116,7 +145,8 @@ def _bleu(report: columns.Report) -> bool:
 @columns.section("budgets", order=4, shown=lambda report: bool(report.spec.shorter), reads=("shorter",))
 def budgets_section(report: columns.Report) -> list[str]:
   """Each group beside its cell at the shorter budget, and whether the change is above the noise floor."""
-  metric, short = report.spec.metric, shorter_values(report)
+  metric, shorter = report.spec.metric, runs_lib.load_runs(report.spec.shorter)
+  short = shorter_values(report, shorter)
   floor_text = noise.floors_text([g.config.get("dataset") for g in report.groups], metric)
   header = ["variant", "runs", "step", f"{metric}", "shorter: runs", "step", f"{metric}", "change of means",
             "this budget against the shorter", *(["paper (BLEU, table)"] if _bleu(report) else [])]
@@ -126,4 +156,16 @@ def budgets_section(report: columns.Report) -> list[str]:
           f"mean [min, max] over seeds). A change counts only when the two ranges are apart by more than the "
           f"noise floor of {metric}: {floor_text}.{paper_text}", "",
           render.markdown_table(header, rows(report, short), ["---"] + [render.RIGHT] * (len(header) - 1)), "",
-          *pairs(report, short)]
+          *pairs(report, short), *_retrace(report, shorter)]
+
+
+def _retrace(report: columns.Report, shorter: Sequence[runs_lib.RunRecord]) -> list[str]:
+  found = retrace_rows(report, shorter)
+  if not found:
+    return []
+  return ["Each run beside its seed's run at the shorter budget, at that run's last training record (step S): "
+          "whether the learning rate at S is the same in both, that is whether the schedule does not depend on the "
+          "budget up to S, and the training loss at S (mean of the steps since the record before), this budget "
+          "minus the shorter, per seed:", "",
+          render.markdown_table(["variant", "seeds", "S", "learning rate at S", "train/loss at S, this - shorter"],
+                                found, ["---", "---", render.RIGHT, "---", render.RIGHT]), ""]

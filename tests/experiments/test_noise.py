@@ -161,3 +161,22 @@ def test_a_pair_with_one_seed_in_a_cell_is_counted_and_not_judged(results, tmp_p
   assert "| k=2 | 1 | 400 | 41.00 | 2 | 100 | 50.25 [50.00, 50.50] | -9.25 | not judged (one seed) |" in table
   assert "(0 verdicts held, 0 changed). 1 pairs are not judged: one of their cells has a single seed" in table
   assert "- held" not in table and "- changed" not in table
+
+
+def test_each_longer_run_is_set_beside_its_seeds_shorter_run_at_the_shorter_runs_last_training_step(tmp_path):
+  def run(path, seed, k, steps, lr, loss, ppl):
+    config = {**CELL, "seed": seed, "max_distance": k, "num_train_steps": steps}
+    _workdir(path, config, [{"step": 100, "train/learning_rate": lr, "train/loss": loss},
+                            {"step": steps, "test/perplexity": ppl}])
+  for seed, d in ((0, 0.001), (1, -0.002)):  # k = 16: the same schedule to step 100, the loss moved by d
+    run(tmp_path / "short" / "k=16" / f"seed{seed}", seed, 16, 100, 1e-3, 4.0, 40.0)
+    run(tmp_path / "long" / "k=16" / f"seed{seed}", seed, 16, 400, 1e-3, 4.0 + d, 30.0)
+  run(tmp_path / "short" / "k=2" / "seed0", 0, 2, 100, 1e-3, 4.0, 50.0)  # k = 2: another schedule
+  run(tmp_path / "long" / "k=2" / "seed0", 0, 2, 400, 2e-3, 4.5, 35.0)
+  run(tmp_path / "long" / "k=2" / "seed1", 1, 2, 400, 2e-3, 4.5, 35.0)  # no shorter run of its seed: left out
+  tabulate.write_report([str(tmp_path / "long" / "*" / "*")], str(tmp_path / "out"), metric="test/perplexity",
+                        shorter=(str(tmp_path / "short" / "*" / "*"),))
+  table = (tmp_path / "out" / "table.md").read_text()
+  assert "at that run's last training record (step S)" in table
+  assert "| k=2 | 0 | 100 | differs | +0.5000 |" in table
+  assert "| k=16 | 0, 1 | 100 | same | +0.0010, -0.0020 |" in table
