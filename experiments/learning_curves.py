@@ -88,6 +88,6 @@ def learning_curves_section(report: columns.Report) -> list[str]:
           render.markdown_table(header, rows), "",
           f"Training time of these {len(seconds)} runs, summed from their logged step rates: "
           f"{sum(seconds) / 3600:.1f} hours of training steps (the evaluations are not counted, and a step rate taken "
-          "while other work shared the cores counts that wait too). Two runs sharing two cores, as here, make that "
-          "about as many core-hours.", ""]
+          "while other work shared the cores counts that wait too). `python -m experiments.compute` counts the "
+          "wall-clock hours of the runs' processes, evaluations included, from their TensorBoard events.", ""]
 
