@@ -1,0 +1,91 @@
+"""The pairs of cells whose verdict hangs on the noise floor: what to re-read when the floor moves.
+
+Every finished run under the results root (the noise folder's retrainings
+left out) is grouped into cells by its config without the seed; a cell is
+named by its folder. For each metric with a floor (``experiments.noise``,
+``test_long`` held to ``test``'s), every pair of cells of one data set, and
+every cell against each baseline that has the metric, is judged with
+:func:`experiments.noise.verdict`; the pairs whose ranges are apart by
+within ``--margin`` of the floor, on either side, are printed, closest
+first. A cell of one seed is listed as such. After a floor changes, every
+README sentence about a pair listed here is the one to re-read.
+
+    python -m experiments.near_floor --margin 0.1
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+from typing import Sequence
+
+from absl import app
+from absl import flags
+
+from experiments import baselines
+from experiments import noise
+from experiments import runs as runs_lib
+
+FLAGS = flags.FLAGS
+METRICS = {"bible_fr_en": ("test/bleu", "test_long/bleu"), "sotu": noise.METRICS["sotu"]}
+
+
+def cells(root: str) -> dict[tuple[str, str], dict[str, list[float]]]:
+  """``{(data set, cell folder): {metric: values over seeds}}`` of the finished runs under ``root``."""
+  found: dict = collections.defaultdict(lambda: collections.defaultdict(list))
+  names: dict[str, str] = {}
+  pattern = os.path.join(root, "**", "seed*")
+  for run in runs_lib.load_runs(glob.glob(pattern, recursive=True)):
+    folder = os.path.relpath(os.path.dirname(run.workdir), root)
+    if folder.split(os.sep)[0] == "noise":
+      continue
+    dataset = run.config.get("dataset")
+    key = runs_lib.canonical(runs_lib.shared_config(run))
+    name = names.setdefault(key, folder)  # one cell reached through two folders keeps the first
+    for metric in METRICS.get(dataset, ()):
+      last = run.last(metric)
+      if last is not None:
+        found[(dataset, name)][metric].append(last[1])
+  return found
+
+
+def near(root: str, margin: float) -> list[tuple[float, str]]:
+  """(distance from the floor, line) of every pair whose gap is within ``margin`` of its floor."""
+  out = []
+  by_dataset = collections.defaultdict(dict)
+  for (dataset, name), metrics in cells(root).items():
+    by_dataset[dataset][name] = metrics
+  for dataset, named in by_dataset.items():
+    for metric in METRICS[dataset]:
+      found = noise.floor_of(dataset, metric)
+      if found is None:
+        continue
+      floor, lower = found[0], baselines.lower_is_better(metric)
+      groups = [(n, m[metric]) for n, m in sorted(named.items()) if m.get(metric)]
+      groups += [(f"baseline: {b}", [v]) for b, v in baselines.of_metric(metric).items()]
+      for i, (a, va) in enumerate(groups):
+        for b, vb in groups[i + 1:]:
+          gap = max(min(va) - max(vb), min(vb) - max(va))
+          if abs(gap - floor) <= margin:
+            single = [n for n, v in ((a, va), (b, vb)) if len(v) == 1 and not n.startswith("baseline")]
+            judged = f"not judged (one seed: {', '.join(single)})" if single else noise.verdict(va, vb, floor, lower)
+            out.append((abs(gap - floor), f"{metric} (floor {floor:.3f}): {a} against {b}, apart by {gap:.3f}: "
+                                          f"{judged}"))
+  return sorted(out)
+
+
+def define_flags() -> None:
+  flags.DEFINE_string("root", noise.RESULTS, "The committed results.")
+  flags.DEFINE_float("margin", 0.1, "List the pairs whose gap is within this of the floor.")
+
+
+def main(argv: Sequence[str]) -> None:
+  del argv
+  lines = near(FLAGS.root, FLAGS.margin)
+  print("\n".join(line for _, line in lines) or f"no pair within {FLAGS.margin} of its floor")
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

@@ -1,0 +1,37 @@
+"""experiments.near_floor: the pairs of cells whose verdict hangs on the noise floor."""
+
+import json
+
+from experiments import baselines
+from experiments import near_floor
+from experiments import noise
+from tests.experiments.test_noise import _lm_run
+
+
+def test_the_pairs_within_the_margin_of_the_floor_are_listed_closest_first(tmp_path, monkeypatch):
+  monkeypatch.setattr(noise, "FLOOR_FILE", str(tmp_path / "floor.json"))
+  (tmp_path / "floor.json").write_text(json.dumps({"sotu": {"test/perplexity": 0.5}}))
+  monkeypatch.setattr(baselines, "RESULTS", str(tmp_path / "baselines.json"))
+  (tmp_path / "baselines.json").write_text(json.dumps({"translation": {}, "lm": {"chosen_order": "6", "orders": {
+      "6": {"splits": {"test": {"perplexity": 38.2}}}}}}))
+  root = tmp_path / "results"
+  for seed, (a, b, c) in enumerate([(40.0, 40.55, 45.0), (40.5, 41.0, 45.2)]):  # test/perplexity of three cells
+    _lm_run(root / "lm" / "clipping" / "k=8" / f"seed{seed}", seed, a, max_distance=8)
+    _lm_run(root / "lm" / "clipping" / "k=16" / f"seed{seed}", seed, b, max_distance=16)
+    _lm_run(root / "lm" / "clipping" / "k=0" / f"seed{seed}", seed, c, max_distance=0)
+  _lm_run(root / "lm" / "curves" / "k=16" / "seed0", 0, 39.35, num_train_steps=400)  # one seed
+  _lm_run(root / "noise" / "lm_k16" / "same" / "seed0", 0, 41.2)  # a retraining, not a cell: left out
+  listed = lambda margin: [line for _, line in near_floor.near(str(root), margin)
+                           if line.startswith("test/")]  # 2x-8x (held to test's floor here) repeat these gaps
+  lines = listed(0.1)
+  # Gaps: k = 8 (40-40.5) and k = 16 (40.55-41) 0.05 apart, 0.45 from the floor; the curve cell (39.35) 0.65
+  # under k = 8 (0.15 from the floor), 1.2 under k = 16 and 1.15 above the baseline (38.2); k = 0 (45-45.2) far
+  # from all. None is within 0.1 of the floor.
+  assert lines == []
+  lines = listed(0.2)
+  assert lines == ["test/perplexity (floor 0.500): lm/clipping/k=8 against lm/curves/k=16, apart by 0.650: not "
+                   "judged (one seed: lm/curves/k=16)"]
+  lines = listed(0.5)
+  assert "test/perplexity (floor 0.500): lm/clipping/k=16 against lm/clipping/k=8, apart by 0.050: not separated" \
+         in lines
+  assert not any("noise" in line or "k=0" in line for line in lines)
