@@ -1,4 +1,4 @@
-"""The records of a run's ``metrics.jsonl``: reading them, and rewinding or de-duplicating after a restart.
+"""The records of a run's ``metrics.jsonl``: reading, rewinding, setting aside, de-duplicating after a restart.
 
 One JSON object per line, ``{"step": s, "<metric>": value, ...}``, written by
 :class:`rpr.writers.JsonlWriter`. Plain Python: reading records loads no
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -17,12 +18,9 @@ def read_jsonl(path: str) -> list[dict]:
     return [json.loads(line) for line in f if line.strip()]
 
 
-def rewind_jsonl(path: str, step: int) -> tuple[list[dict], int]:
-  """Drops the records of ``path`` past ``step`` (a resumed run's restored step): ``(kept records, dropped)``.
-
-  A run killed after its last checkpoint logged steps it will train again;
-  without this they would appear twice. The file is replaced atomically.
-  """
+def _parse(path: str) -> tuple[list[dict], int]:
+  """The records of ``path`` and its count of non-empty lines; a last line cut short by a kill mid-write is not
+  a record (any other line that is not JSON raises, naming it)."""
   if not os.path.exists(path):
     return [], 0
   with open(path, encoding="utf-8") as f:
@@ -34,14 +32,47 @@ def rewind_jsonl(path: str, step: int) -> tuple[list[dict], int]:
     except ValueError:
       if i < len(lines) - 1:
         raise ValueError(f"{path}, line {i + 1}: not a JSON record") from None
-      # the last line, cut short by a kill mid-write: dropped below
+  return records, len(lines)
+
+
+def last_step(path: str) -> tuple[int, bool]:
+  """The last step ``path`` records (0 for none) and whether a plateau rule stopped the run there."""
+  records, _ = _parse(path)
+  return max((r["step"] for r in records), default=0), any("plateau/reached" in r for r in records)
+
+
+def rewind_jsonl(path: str, step: int) -> tuple[list[dict], int]:
+  """Drops the records of ``path`` past ``step`` (a resumed run's restored step): ``(kept records, dropped)``.
+
+  A run killed after its last checkpoint logged steps it will train again;
+  without this they would appear twice. The file is replaced atomically.
+  """
+  records, lines = _parse(path)
   kept = [r for r in records if r["step"] <= step]
-  if len(kept) < len(lines):
+  if len(kept) < lines:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
       f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in kept)
     os.replace(tmp, path)
-  return kept, len(lines) - len(kept)
+  return kept, lines - len(kept)
+
+
+def set_aside(path: str) -> str | None:
+  """Renames ``path`` to ``<stem>.orphaned-<UTC time>.jsonl`` beside it if it records any step past 0, and
+  returns the new path (else None).
+
+  For a run that starts from step 0 because no checkpoint is left to resume
+  from (a kill before the first save, checkpoints deleted): the records of
+  the run before are kept where no run writes, instead of being rewound away.
+  """
+  if last_step(path)[0] <= 0:
+    return None
+  stem = path[:-len(".jsonl")] if path.endswith(".jsonl") else path
+  stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+  new = next(n for n in (f"{stem}.orphaned-{stamp}{f'-{i}' if i else ''}.jsonl" for i in range(1 << 20))
+             if not os.path.exists(n))  # never over an earlier one
+  os.replace(path, new)
+  return new
 
 
 def dedupe(records: list[dict]) -> list[dict]:

@@ -113,6 +113,9 @@ def _prepare(config, workdir: str, allow_config_change=(), restore_unverified: b
   mesh = make_mesh()
   run_config.validate(config, num_devices=mesh.size, workdir=workdir, allow_changes=allow_config_change,
                       trust_checkpoints=trust_checkpoints)
+  from rpr import workdir as workdir_lib
+
+  workdir_lib.refuse_finished_without_checkpoint(workdir, config.num_train_steps)
   task = data.get_task_once(config, workdir, mesh.size)
   model_config = run_config.model_config(config, task.vocab.size)
   if (model_config.num_encoder_layers == 0) != getattr(task, "is_lm", False):
@@ -150,9 +153,13 @@ def _prepare(config, workdir: str, allow_config_change=(), restore_unverified: b
   final_predict_fn = (predict_fn if final_method == config.decode_method else
                       predict_lib.make_predict_fn(config, model_config, batch_sharding, replicated,
                                                   method=final_method))
-  kept = []
+  kept, metrics = [], os.path.join(workdir, "metrics.jsonl")
   if jax.process_index() == 0:
-    kept, dropped = records.rewind_jsonl(os.path.join(workdir, "metrics.jsonl"), int(state.step))
+    aside = records.set_aside(metrics) if int(state.step) == 0 else None  # none to resume: kept, not rewound
+    if aside:
+      logging.warning("No checkpoint to resume from: training starts at step 0, and the records of the run "
+                      "before are kept in %s.", aside)
+    kept, dropped = records.rewind_jsonl(metrics, int(state.step))
     if dropped:
       logging.info("Dropped %d record(s) past step %d from metrics.jsonl: they are trained again.", dropped,
                    int(state.step))

@@ -24,6 +24,8 @@ import socket
 
 from absl import logging
 
+from rpr import records
+
 LOCK = ".lock"
 _held: dict[str, list] = {}  # realpath -> [open file, count]
 
@@ -33,7 +35,22 @@ class Busy(RuntimeError):
 
 
 class Unusable(RuntimeError):
-  """The workdir cannot be created or written."""
+  """The workdir cannot be created or written, or holds what a run must not go on from."""
+
+
+def refuse_finished_without_checkpoint(workdir: str, num_train_steps: int) -> None:
+  """:class:`Unusable` if ``metrics.jsonl`` records a finished run (to ``num_train_steps``, or to where a plateau
+  rule stopped it) and ``checkpoints/`` holds no step: a fresh clone of committed results, or checkpoints deleted
+  to save disk. Training would start over and set its records aside; that is the user's call, not a rerun's.
+  """
+  checkpoints = os.path.join(workdir, "checkpoints")
+  if os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints)):
+    return
+  last, plateau = records.last_step(os.path.join(workdir, "metrics.jsonl"))
+  if plateau or last >= num_train_steps > 0:
+    raise Unusable(f"--workdir {workdir!r} holds a finished run (metrics.jsonl to step {last}) but no checkpoint, "
+                   "so there is nothing to resume; allowed: a new --workdir, or move metrics.jsonl away to train "
+                   "it again from step 0")
 
 
 def _usable(workdir: str) -> str:

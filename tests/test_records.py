@@ -1,6 +1,7 @@
 """rpr.records: reading metrics.jsonl, a restart's rewind, and reading a file with restarts in it."""
 
 import json
+import os
 
 import pytest
 
@@ -17,6 +18,25 @@ def test_rewind_drops_the_records_past_the_restored_step_and_a_torn_last_line(tm
   path.write_text('{"step": 2}\nnot json\n{"step": 4}\n')
   with pytest.raises(ValueError, match="line 2"):
     records.rewind_jsonl(str(path), 4)
+
+
+def test_last_step_and_set_aside_keep_every_earlier_file(tmp_path, monkeypatch):
+  path = tmp_path / "metrics.jsonl"
+  assert records.last_step(str(path)) == (0, False) and records.set_aside(str(path)) is None
+  path.write_text('{"step": 0}\n')
+  assert records.set_aside(str(path)) is None and path.exists()  # nothing trained: nothing to keep
+  epoch = records.time.gmtime(0)
+  monkeypatch.setattr(records.time, "gmtime", lambda *_: epoch)  # one second for every call
+  names = []
+  for n in range(3):
+    path.write_text(f'{{"step": 4, "x": {n}}}\n{{"step": 6, "plateau/reached": 1.0}}\n{{"step": 8, "x"')
+    assert records.last_step(str(path)) == (6, True)
+    names.append(records.set_aside(str(path)))
+    assert not path.exists()
+  assert [os.path.basename(n) for n in names] == [
+      "metrics.orphaned-19700101T000000Z.jsonl", "metrics.orphaned-19700101T000000Z-1.jsonl",
+      "metrics.orphaned-19700101T000000Z-2.jsonl"]
+  assert [json.loads(open(n).readline())["x"] for n in names] == [0, 1, 2]
 
 
 def test_dedupe_keeps_the_later_run_of_a_restart():

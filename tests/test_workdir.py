@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -141,6 +142,23 @@ def test_config_json_is_written_before_step_1_and_trusted_checkpoints_resume_exa
   a, b = load_state(straight, 8), load_state(resumed, 8)
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_records_without_a_checkpoint_are_never_trained_over(tmp_path):
+  """A finished run whose checkpoints are gone (a fresh clone of committed results) is refused and left as it
+  was; an unfinished one starts at step 0 with its records set aside, not rewound away."""
+  straight, run = tmp_path / "straight", tmp_path / "run"
+  train.train_and_evaluate(tiny_config(**FAST), str(straight))
+  train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=4)), str(run))
+  before = (run / "metrics.jsonl").read_text()
+  shutil.rmtree(run / "checkpoints")
+  with pytest.raises(workdir.Unusable, match=r"holds a finished run \(metrics.jsonl to step 4\) but no checkpoint"):
+    train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=4)), str(run))
+  assert (run / "metrics.jsonl").read_text() == before and not (run / "checkpoints").exists()
+  train.train_and_evaluate(tiny_config(**FAST), str(run))  # 8 steps: unfinished, so it starts over
+  aside = list(run.glob("metrics.orphaned-*.jsonl"))
+  assert len(aside) == 1 and aside[0].read_text() == before
+  assert timeless_records(run / "metrics.jsonl") == timeless_records(straight / "metrics.jsonl")
 
 
 # ----------------------------------------------------------------------------
