@@ -46,6 +46,7 @@ from absl import flags
 from absl import logging
 
 from experiments import sweeps
+from rpr import workdir as workdir_lib
 
 FLAGS = flags.FLAGS
 SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false"
@@ -101,8 +102,10 @@ def print_sweep(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> N
     step = last_step(workdir)
     if step is not None:
       in_progress += 1
-      print(f"# in progress: step {step:,} of {config.num_train_steps:,} (the command resumes it from its last "
-            "checkpoint)")
+      saved = workdir_lib.checkpoint_steps(workdir)
+      how = (f"the command resumes it from its newest checkpoint, step {saved[0]:,}" if saved else
+             "no checkpoint: the command starts it at step 0 and sets these records aside")
+      print(f"# in progress: step {step:,} of {config.num_train_steps:,} ({how})")
     print(command(run, root, sweep.name))
   print(f"# {done} of {len(runs)} runs finished, {in_progress} in progress")
   print("# report: " + report_command(sweep, root))
@@ -184,7 +187,6 @@ def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
       run_config.validate(job.config, num_devices=jax.device_count(), workdir=job.workdir)
     train_fn = train.train_and_evaluate
   from rpr import stop
-  from rpr import workdir as workdir_lib
 
   outcome = {"done": [], "skipped": [], "failed": [], "stopped": [], "busy": []}
   for i, job in enumerate(jobs):

@@ -38,13 +38,18 @@ class Unusable(RuntimeError):
   """The workdir cannot be created or written, or holds what a run must not go on from."""
 
 
+def checkpoint_steps(workdir: str) -> list[int]:
+  """The steps ``<workdir>/checkpoints`` holds a folder for, newest first (not yet verified: see rpr.checkpoint)."""
+  path = os.path.join(workdir, "checkpoints")
+  return sorted((int(n) for n in os.listdir(path) if n.isdigit()), reverse=True) if os.path.isdir(path) else []
+
+
 def refuse_finished_without_checkpoint(workdir: str, num_train_steps: int) -> None:
   """:class:`Unusable` if ``metrics.jsonl`` records a finished run (to ``num_train_steps``, or to where a plateau
   rule stopped it) and ``checkpoints/`` holds no step: a fresh clone of committed results, or checkpoints deleted
   to save disk. Training would start over and set its records aside; that is the user's call, not a rerun's.
   """
-  checkpoints = os.path.join(workdir, "checkpoints")
-  if os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints)):
+  if checkpoint_steps(workdir):
     return
   last, plateau = records.last_step(os.path.join(workdir, "metrics.jsonl"))
   if plateau or last >= num_train_steps > 0:

@@ -104,17 +104,23 @@ def test_printed_commands_name_the_config_variant_workdir_and_every_key(tmp_path
 
 def test_print_marks_the_finished_runs_and_says_where_each_run_in_progress_stands(tmp_path, capsys):
   sweep = sweeps.get("length_tiny")
-  runs = list(sweep.runs[:3])
+  runs = list(sweep.runs[:4])
   _finish(pathlib.Path(sweep.workdir(runs[0], str(tmp_path))), sweep_lib.load_config(runs[0], "").num_train_steps)
   _finish(pathlib.Path(sweep.workdir(runs[1], str(tmp_path))), 5, evaluated=False)  # stopped at step 5
+  (pathlib.Path(sweep.workdir(runs[1], str(tmp_path))) / "checkpoints" / "4").mkdir(parents=True)
+  _finish(pathlib.Path(sweep.workdir(runs[2], str(tmp_path))), 3, evaluated=False)  # killed before a save
   sweep_lib.print_sweep(sweep, runs, str(tmp_path))
   lines = capsys.readouterr().out.splitlines()
   steps = sweep_lib.load_config(runs[1], "").num_train_steps
   assert lines[:-1] == ["# finished: " + sweep_lib.command(runs[0], str(tmp_path), sweep.name),
-                        f"# in progress: step 5 of {steps:,} (the command resumes it from its last checkpoint)",
+                        f"# in progress: step 5 of {steps:,} (the command resumes it from its newest checkpoint, "
+                        "step 4)",
                         sweep_lib.command(runs[1], str(tmp_path), sweep.name),
-                        sweep_lib.command(runs[2], str(tmp_path), sweep.name),  # not started
-                        "# 1 of 3 runs finished, 1 in progress"]
+                        f"# in progress: step 3 of {steps:,} (no checkpoint: the command starts it at step 0 and "
+                        "sets these records aside)",
+                        sweep_lib.command(runs[2], str(tmp_path), sweep.name),
+                        sweep_lib.command(runs[3], str(tmp_path), sweep.name),  # not started
+                        "# 1 of 4 runs finished, 2 in progress"]
   assert lines[-1].startswith("# report: python -m experiments.report")
 
 
