@@ -32,8 +32,22 @@ def results(tmp_path):
     _lm_run(tmp_path / "lm" / "clipping" / "k=2" / f"seed{seed}", seed, ppl, max_distance=2)
   _lm_run(tmp_path / "noise" / "lm_k16" / "same" / "seed0", 0, 40.25)
   _lm_run(tmp_path / "noise" / "lm_k16" / "devices2" / "seed0", 0, 39.0, step=50, devices=2)  # unfinished: left out
-  _lm_run(tmp_path / "lm" / "curves" / "k=16" / "seed0", 0, 30.0, num_train_steps=400)  # a longer budget: not one
+  _lm_run(tmp_path / "lm" / "curves" / "k=16" / "seed0", 0, 30.0, step=400, num_train_steps=400)  # not a twin
   return tmp_path
+
+
+def test_a_longer_budget_cell_is_retrained_against_its_own_twin_and_counts_in_the_floor(results, tmp_path):
+  # The same config at 4x the steps is another cell: its twin is the longer run, and its spread (0.5) is the floor.
+  _lm_run(results / "noise" / "lm_k16_long" / "devices2" / "seed0", 0, 30.5, step=400, devices=2,
+          num_train_steps=400)
+  found = {c["cell"]: c["twin"].workdir for c in noise.cells(str(results / "noise"), str(results))}
+  assert found == {"lm_k16": str(results / "lm" / "clipping" / "k=16" / "seed0"),
+                   "lm_k16_long": str(results / "lm" / "curves" / "k=16" / "seed0")}
+  floor = noise.write(str(tmp_path / "out"), str(results / "noise"), str(results))
+  assert floor == {"sotu": {m: pytest.approx(0.5) for m in PPL}}
+  table = (tmp_path / "out" / "floor.md").read_text()
+  assert "| lm_k16_long | 400 | test/perplexity | 30.00 | - | - | 30.50 | - | **0.50** | 30.00-30.00 (0.00, 1 seeds) |" \
+      in table
 
 
 def test_the_floor_is_the_largest_spread_between_a_committed_run_and_its_retrainings(results, tmp_path):
@@ -42,8 +56,10 @@ def test_the_floor_is_the_largest_spread_between_a_committed_run_and_its_retrain
   assert json.loads((tmp_path / "out" / "floor.json").read_text()) == floor
   table = (tmp_path / "out" / "floor.md").read_text()
   # committed 40.00, same 40.25, devices2 unfinished, threads2 not run; the 3 seeds span 40.0-41.5.
-  assert "| lm_k16 | test/perplexity | 40.00 | 40.25 | - | - | - | **0.25** | 40.00-41.50 (1.50, 3 seeds) |" in table
-  assert "| lm_k16 | test_x8/perplexity | 43.00 | 43.25 | - | - | - | **0.25** | 43.00-44.50 (1.50, 3 seeds) |" in table
+  assert "| lm_k16 | 100 | test/perplexity | 40.00 | 40.25 | - | - | - | **0.25** | 40.00-41.50 (1.50, 3 seeds) |" \
+      in table
+  assert "| lm_k16 | 100 | test_x8/perplexity | 43.00 | 43.25 | - | - | - | **0.25** | 43.00-44.50 (1.50, 3 seeds) |" \
+      in table
 
 
 def test_a_run_not_trained_as_its_order_says_is_refused_by_name(results, tmp_path):

@@ -82,6 +82,24 @@ def _tracked_runs() -> list[pathlib.Path]:
   return sorted(ROOT / pathlib.Path(p).parent for p in out if p.endswith("/metrics.jsonl"))
 
 
+def test_the_groups_of_every_committed_folder_are_its_variant_folders():
+  # A report groups runs by their configs (the seed aside): a key that only some seeds of one variant record
+  # (a key added to the engine between their runs) would split the variant into groups of one seed each, none
+  # judged. Here the runs of every <sweep>/<variant>/seed* folder (or <sweep>/<variant>, one run) make exactly one
+  # group, and no group spans two (not the noise folder's: there the orders of one cell are one config).
+  from experiments import runs as runs_lib
+
+  variant = lambda w: w.parent if w.name.startswith("seed") else w
+  by_sweep: dict = {}
+  for workdir in _tracked_runs():
+    if "noise" not in workdir.relative_to(ROOT).parts:
+      by_sweep.setdefault(variant(workdir).parent, []).append(str(workdir))
+  for sweep_dir, workdirs in by_sweep.items():
+    groups = runs_lib.group_runs(runs_lib.load_runs(workdirs))
+    folders = [sorted({variant(pathlib.Path(r.workdir)).name for r in rs}) for _, rs in groups]
+    assert all(len(f) == 1 for f in folders) and len(folders) == len({f[0] for f in folders}), (sweep_dir, folders)
+
+
 def test_every_committed_run_is_finished():
   # A run's records are committed when it has finished (its last step and that step's evaluations), never while
   # it trains: a report would count a half-trained run, or leave it out and say so only in passing.
