@@ -89,5 +89,6 @@ def learning_curves_section(report: columns.Report) -> list[str]:
           f"Training time of these {len(seconds)} runs, summed from their logged step rates: "
           f"{sum(seconds) / 3600:.1f} hours of training steps (the evaluations are not counted, and a step rate taken "
           "while other work shared the cores counts that wait too). `python -m experiments.compute` counts the "
-          "wall-clock hours of the runs' processes, evaluations included, from their TensorBoard events.", ""]
+          "wall-clock hours of the runs' processes, evaluations included, from the spans they committed "
+          "(processes.jsonl).", ""]
 

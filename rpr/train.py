@@ -186,8 +186,10 @@ def train_and_evaluate(config, workdir: str, allow_config_change=(), restore_unv
   from rpr import workdir as workdir_lib
 
   run_config.validate(config, num_devices=jax.device_count())  # a bad config fails before the workdir is made
+  t0 = time.time()
   with stop.handle_signals(), (workdir_lib.lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()):
     run = _prepare(config, workdir, allow_config_change, restore_unverified, trust_checkpoints)
+    first = int(run.state.step)
     writer = writers.create(workdir, jax.process_index(), config.get("tensorboard", True))
     # The run's hyper-parameters for TensorBoard's HParams dashboard, beside the metrics it writes.
     writer.write_hparams(writers.hparams(config.to_dict()))
@@ -198,6 +200,8 @@ def train_and_evaluate(config, workdir: str, allow_config_change=(), restore_unv
         run.ckpt.close()  # waits for an asynchronous save in flight (also when stopping on an error)
       finally:
         writer.close()
+        if jax.process_index() == 0:  # this process's span, committed with the records (experiments.compute)
+          workdir_lib.record_process(workdir, t0, (first, max([first] + [r["step"] for r in run.records])))
 
 
 def _write(run: _Run, writer, step: int, scalars: dict) -> None:

@@ -21,12 +21,14 @@ import fcntl
 import json
 import os
 import socket
+import time
 
 from absl import logging
 
 from rpr import records
 
 LOCK = ".lock"
+PROCESSES = "processes.jsonl"  # one line per process that trained the run (record_process)
 _held: dict[str, list] = {}  # realpath -> [open file, count]
 
 
@@ -36,6 +38,19 @@ class Busy(RuntimeError):
 
 class Unusable(RuntimeError):
   """The workdir cannot be created or written, or holds what a run must not go on from."""
+
+
+def record_process(workdir: str, start: float, steps: tuple[int, int]) -> None:
+  """Appends this process's span to ``<workdir>/processes.jsonl``: host, PID, start and end (seconds since the
+  epoch), and the steps it trained from and to.
+
+  Committed beside the records, it outlives the TensorBoard events (not committed, lost with the machine) that
+  ``experiments.compute`` reads otherwise. A process killed with SIGKILL writes none.
+  """
+  record = {"host": socket.gethostname(), "pid": os.getpid(), "start": start, "end": time.time(),
+            "from_step": steps[0], "to_step": steps[1]}
+  with open(os.path.join(workdir, PROCESSES), "a", encoding="utf-8") as f:
+    f.write(json.dumps(record, sort_keys=True) + "\n")
 
 
 def checkpoint_steps(workdir: str) -> list[int]:

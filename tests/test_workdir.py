@@ -161,6 +161,15 @@ def test_records_without_a_checkpoint_are_never_trained_over(tmp_path):
   assert timeless_records(run / "metrics.jsonl") == timeless_records(straight / "metrics.jsonl")
 
 
+def test_each_process_appends_its_span_and_steps_to_processes_jsonl(tmp_path):
+  t0 = time.time()
+  train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=4)), str(tmp_path))
+  train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))  # resumed at 4, on to 8
+  spans = read_jsonl(tmp_path / workdir.PROCESSES)
+  assert [(p["from_step"], p["to_step"], p["pid"]) for p in spans] == [(0, 4, os.getpid()), (4, 8, os.getpid())]
+  assert t0 <= spans[0]["start"] < spans[0]["end"] <= spans[1]["start"] < spans[1]["end"] <= time.time()
+
+
 # ----------------------------------------------------------------------------
 # Saves that fail.
 

@@ -1,5 +1,7 @@
 """experiments.compute: a sweep's run-hours and wall hours from its runs' TensorBoard events."""
 
+import json
+
 import pytest
 from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
@@ -40,7 +42,23 @@ def test_runs_hours_sum_their_processes_and_the_wall_hours_count_overlap_once(tm
   assert [line.split(" | ")[1:4] for line in lines] == [["2", "1.50", "200"], ["1", "1.50", "150"]]  # k=2 first
 
 
-def test_no_run_with_events_is_an_error_that_names_the_globs(tmp_path):
+def test_the_committed_process_spans_count_and_events_only_for_processes_they_do_not_list(tmp_path):
+  # Two processes listed in processes.jsonl (the second also left its events: counted once, from the list), and
+  # one killed with SIGKILL before it could list itself: its events are all there is of it.
+  a = _workdir(tmp_path / "k=2" / "seed0", {"max_distance": 2, "seed": 0}, [{"step": 200}])
+  listed = [{"host": "vm.a", "pid": 7, "start": T0, "end": T0 + HOUR, "from_step": 0, "to_step": 100},
+            {"host": "vm.a", "pid": 8, "start": T0 + 3 * HOUR, "end": T0 + 4 * HOUR, "from_step": 150,
+             "to_step": 200}]
+  (a / "processes.jsonl").write_text("".join(json.dumps(p) + "\n" for p in listed))
+  _process(a, 3.0, 3.9, "1800010800.vm.a.8.0.v2")  # process 8's own events: not counted again
+  _process(a, 1.5, 2.0, "1800005400.vm.a.9.0.v2")  # process 9, killed: only its events
+  assert compute.spans(str(a)) == ([(T0, T0 + HOUR), (T0 + 1.5 * HOUR, T0 + 2 * HOUR),
+                                    (T0 + 3 * HOUR, T0 + 4 * HOUR)], 1)
+  text = compute.report([str(tmp_path / "*" / "*")], "x")
+  assert "1 runs, 2.5 run-hours" in text and "3 process spans, 1 of them from TensorBoard events" in text
+
+
+def test_no_run_with_spans_is_an_error_that_names_the_globs(tmp_path):
   _workdir(tmp_path / "k=2" / "seed0", {"seed": 0}, [{"step": 1}])
-  with pytest.raises(ValueError, match=r"no run matched by \[.*k=2.*\] has TensorBoard events"):
+  with pytest.raises(ValueError, match=r"no run matched by \[.*k=2.*\] has processes.jsonl or TensorBoard events"):
     compute.report([str(tmp_path / "k=2" / "*")], "x")
