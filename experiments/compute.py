@@ -16,6 +16,10 @@ the time during which at least one of its runs was training or evaluating.
     python -m experiments.compute 'experiments/results/lm/curves/*/*' --out experiments/results/lm/curves
 
 writes ``compute.md`` there, and says how many spans came from events.
+With ``--record_events`` it first appends those spans to each finished run's
+``processes.jsonl`` (marked ``"source": "events"``; a process's own line,
+written later, takes their place), so that they outlive the events: run it
+where the runs were trained, before the machine goes.
 """
 
 from __future__ import annotations
@@ -34,35 +38,78 @@ from absl import flags
 
 from experiments import render
 from experiments import runs as runs_lib
+from rpr import workdir as workdir_lib
 
 FLAGS = flags.FLAGS
 
 
+PROCESSES = workdir_lib.PROCESSES
 _EVENTS = re.compile(r"events\.out\.tfevents\.\d+\.(?P<host>.+)\.(?P<pid>\d+)\.\d+\.v2$")
+
+
+def _same(p: dict, q: dict) -> bool:
+  """Whether two spans are one process: one host and PID, at overlapping times (a PID recurs on other days)."""
+  return p["host"] == q["host"] and p["pid"] == q["pid"] and p["start"] <= q["end"] and q["start"] <= p["end"]
+
+
+def _listed(workdir: str) -> list[dict]:
+  """``processes.jsonl``'s spans; one recorded from events (:func:`record_events`) gives way to the process's own."""
+  path = os.path.join(workdir, PROCESSES)
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding="utf-8") as f:
+    spans_ = [json.loads(line) for line in f if line.strip()]
+  own = [p for p in spans_ if p.get("source") != "events"]
+  return own + [p for p in spans_ if p.get("source") == "events" and not any(_same(p, q) for q in own)]
+
+
+def _from_events(workdir: str, listed: Sequence[dict]) -> list[dict]:
+  """A span per events file of a process ``listed`` does not hold: host, PID, first and last event."""
+  from tensorboard.backend.event_processing import event_file_loader
+
+  out = []
+  for events in sorted(glob.glob(os.path.join(workdir, "events.out.tfevents.*"))):
+    name = _EVENTS.search(os.path.basename(events))
+    times = [e.wall_time for e in event_file_loader.EventFileLoader(events).Load()]
+    span = {"host": name["host"] if name else None, "pid": int(name["pid"]) if name else None,
+            "start": min(times, default=0.0), "end": max(times, default=0.0), "source": "events"}
+    if times and not any(_same(span, p) for p in listed):
+      out.append(span)
+  return out
 
 
 def spans(workdir: str) -> tuple[list[tuple[float, float]], int]:
   """(start, end) of each process that trained ``workdir``, in seconds since the epoch, oldest first, and how
   many of them were read from events files (the others from ``processes.jsonl``)."""
-  from tensorboard.backend.event_processing import event_file_loader
+  listed = _listed(workdir)
+  extra = _from_events(workdir, listed)
+  return sorted((p["start"], p["end"]) for p in listed + extra), len(extra)
 
-  path = os.path.join(workdir, "processes.jsonl")
-  listed = []
-  if os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      listed = [json.loads(line) for line in f if line.strip()]
-  out = [(p["start"], p["end"]) for p in listed]
-  known = {(p["host"], str(p["pid"])) for p in listed}
-  from_events = 0
-  for events in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
-    name = _EVENTS.search(os.path.basename(events))
-    if name and (name["host"], name["pid"]) in known:
-      continue
-    times = [e.wall_time for e in event_file_loader.EventFileLoader(events).Load()]
-    if times:
-      out.append((min(times), max(times)))
-      from_events += 1
-  return sorted(out), from_events
+
+def record_events(workdir: str) -> int:
+  """Appends to ``processes.jsonl`` the span of each process only events files hold (marked ``"source":
+  "events"``), so that it outlives them; returns how many."""
+  extra = _from_events(workdir, _listed(workdir))
+  if extra:
+    with open(os.path.join(workdir, PROCESSES), "a", encoding="utf-8") as f:
+      f.writelines(json.dumps(p, sort_keys=True) + "\n" for p in extra)
+  return len(extra)
+
+
+def record_finished(patterns: Sequence[str]) -> list[tuple[str, int]]:
+  """:func:`record_events` for each finished run matched by ``patterns`` (a running process's events are not
+  whole yet); ``(workdir, spans appended)`` where any were."""
+  import ml_collections
+
+  from experiments import sweep
+
+  out = []
+  for run in runs_lib.load_runs(patterns):
+    if sweep.finished(run.workdir, ml_collections.ConfigDict(run.raw_config)):
+      n = record_events(run.workdir)
+      if n:
+        out.append((run.workdir, n))
+  return out
 
 
 def union_seconds(intervals: Sequence[tuple[float, float]]) -> float:
@@ -112,6 +159,8 @@ def report(patterns: Sequence[str], command: str) -> str:
 
 def define_flags() -> None:
   flags.DEFINE_string("out", None, "Directory to write compute.md into.", required=True)
+  flags.DEFINE_bool("record_events", False, "First append to each run's processes.jsonl the spans that only its "
+                    "TensorBoard events hold (marked source: events), so that they outlive the events.")
 
 
 def main(argv) -> None:
@@ -119,6 +168,9 @@ def main(argv) -> None:
   if not patterns:
     raise app.UsageError("give the runs' workdirs as globs, e.g. 'experiments/results/lm/curves/*/*'")
   command = " ".join(["python -m experiments.compute", shlex.join(sys.argv[1:])])
+  if FLAGS.record_events:
+    for workdir, n in record_finished(patterns):
+      print(f"{workdir}: {n} span(s) from events appended to {PROCESSES}")
   text = report(patterns, command)
   os.makedirs(FLAGS.out, exist_ok=True)
   with open(os.path.join(FLAGS.out, "compute.md"), "w", encoding="utf-8") as f:

@@ -56,6 +56,28 @@ def test_the_committed_process_spans_count_and_events_only_for_processes_they_do
                                     (T0 + 3 * HOUR, T0 + 4 * HOUR)], 1)
   text = compute.report([str(tmp_path / "*" / "*")], "x")
   assert "1 runs, 2.5 run-hours" in text and "3 process spans, 1 of them from TensorBoard events" in text
+  # Recorded, process 9's span outlives its events: the same spans, none of them from events any more.
+  assert compute.record_events(str(a)) == 1 and compute.record_events(str(a)) == 0
+  (a / "events.out.tfevents.1800005400.vm.a.9.0.v2").unlink()
+  assert compute.spans(str(a)) == ([(T0, T0 + HOUR), (T0 + 1.5 * HOUR, T0 + 2 * HOUR),
+                                    (T0 + 3 * HOUR, T0 + 4 * HOUR)], 0)
+  # A process still running when its events were recorded then appends its own span: that one counts, once.
+  # The same PID on the same host at another time is another process.
+  _process(a, 5.0, 5.5, "1800018000.vm.a.7.0.v2")
+  assert compute.record_events(str(a)) == 1
+  with open(a / "processes.jsonl", "a") as f:
+    f.write(json.dumps({"host": "vm.a", "pid": 7, "start": T0 + 4.9 * HOUR, "end": T0 + 6 * HOUR}) + "\n")
+  assert compute.spans(str(a))[0][-1] == (T0 + 4.9 * HOUR, T0 + 6 * HOUR) and len(compute.spans(str(a))[0]) == 4
+
+
+def test_only_finished_runs_have_their_events_recorded(tmp_path):
+  config = {"seed": 0, "num_train_steps": 200, "eval_splits": [], "final_eval_splits": []}
+  done = _workdir(tmp_path / "done" / "seed0", config, [{"step": 200, "train/loss": 1.0}])
+  running = _workdir(tmp_path / "running" / "seed0", config, [{"step": 100, "train/loss": 1.0}])
+  for path in (done, running):
+    _process(path, 0.0, 1.0, "1800000000.vm.9.0.v2")
+  assert compute.record_finished([str(tmp_path / "*" / "*")]) == [(str(done), 1)]
+  assert (done / "processes.jsonl").exists() and not (running / "processes.jsonl").exists()
 
 
 def test_no_run_with_spans_is_an_error_that_names_the_globs(tmp_path):
