@@ -42,13 +42,16 @@ class Unusable(RuntimeError):
 
 def record_process(workdir: str, start: float, steps: tuple[int, int]) -> None:
   """Appends this process's span to ``<workdir>/processes.jsonl``: host, PID, start and end (seconds since the
-  epoch), and the steps it trained from and to.
+  epoch), the steps it trained from and to, and what ``config.json`` records of the machine and the code
+  (:func:`rpr.provenance.environment`), which ``config.json`` holds for the latest process only.
 
   Committed beside the records, it outlives the TensorBoard events (not committed, lost with the machine) that
   ``experiments.compute`` reads otherwise. A process killed with SIGKILL writes none.
   """
+  from rpr import provenance
+
   record = {"host": socket.gethostname(), "pid": os.getpid(), "start": start, "end": time.time(),
-            "from_step": steps[0], "to_step": steps[1]}
+            "from_step": steps[0], "to_step": steps[1], **provenance.environment()}
   with open(os.path.join(workdir, PROCESSES), "a", encoding="utf-8") as f:
     f.write(json.dumps(record, sort_keys=True) + "\n")
 

@@ -167,6 +167,8 @@ def test_each_process_appends_its_span_and_steps_to_processes_jsonl(tmp_path):
   train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))  # resumed at 4, on to 8
   spans = read_jsonl(tmp_path / workdir.PROCESSES)
   assert [(p["from_step"], p["to_step"], p["pid"]) for p in spans] == [(0, 4, os.getpid()), (4, 8, os.getpid())]
+  recorded = json.loads((tmp_path / "config.json").read_text())  # the machine and code, per process here
+  assert all(p[k] == recorded[k] for p in spans for k in ("code_version", "cpu_cores", "xla_flags", "num_devices"))
   assert t0 <= spans[0]["start"] < spans[0]["end"] <= spans[1]["start"] < spans[1]["end"] <= time.time()
 
 
