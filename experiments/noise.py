@@ -135,7 +135,12 @@ def table(rows: Sequence[dict]) -> str:
     v = r["values"]
     cells = [render.fmt(v.get(o), 2) for o in ORDERS]
     lo_hi = r["seeds"]
-    seeds = "-" if lo_hi is None else f"{lo_hi[0]:.2f}-{lo_hi[1]:.2f} ({lo_hi[1] - lo_hi[0]:.2f}, {r['n_seeds']} seeds)"
+    if lo_hi is None:
+      seeds = "-"
+    elif r["n_seeds"] == 1:
+      seeds = f"{lo_hi[0]:.2f} (1 seed: no range yet)"
+    else:
+      seeds = f"{lo_hi[0]:.2f}-{lo_hi[1]:.2f} ({lo_hi[1] - lo_hi[0]:.2f}, {r['n_seeds']} seeds)"
     body.append([r["cell"], f"{r['steps']:,}", r["metric"], render.fmt(v["committed"], 2), *cells,
                  "-" if r["spread"] is None else f"**{r['spread']:.2f}**", seeds])
   return render.markdown_table(header, body, ["---", render.RIGHT, "---"] + [render.RIGHT] * (len(header) - 3))

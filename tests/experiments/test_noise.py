@@ -46,7 +46,7 @@ def test_a_longer_budget_cell_is_retrained_against_its_own_twin_and_counts_in_th
   floor = noise.write(str(tmp_path / "out"), str(results / "noise"), str(results))
   assert floor == {"sotu": {m: pytest.approx(0.5) for m in PPL}}
   table = (tmp_path / "out" / "floor.md").read_text()
-  row = "| lm_k16_long | 400 | test/perplexity | 30.00 | - | - | 30.50 | - | **0.50** | 30.00-30.00 (0.00, 1 seeds) |"
+  row = "| lm_k16_long | 400 | test/perplexity | 30.00 | - | - | 30.50 | - | **0.50** | 30.00 (1 seed: no range yet) |"
   assert row in table
 
 
