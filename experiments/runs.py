@@ -23,6 +23,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from rpr import run_config
+from rpr.attention import positions
 from rpr import records as records_lib
 
 IGNORED_KEYS = ("seed",)  # keys that differ between the runs of one group
@@ -142,13 +143,22 @@ def labels(configs: Sequence[dict]) -> list[str]:
   A group shows the key with the most distinct values (first), every key without a
   single most common value, and any other key where it differs from the most
   common value (``pe=alibi, directional=True`` beside ``pe=alibi``). If that
-  does not tell two groups apart, every differing key is shown. One config is ``all runs``.
+  does not tell two groups apart, every differing key is shown. An option of a
+  position scheme a config does not use is not shown for it (``pe=rope``, not
+  ``k=16, pe=rope`` beside Shaw's ``k=16``), unless the groups differ in nothing
+  else. One config is ``all runs``.
   """
   if len(configs) < 2:
     return ["all runs"] * len(configs)
+  out = _labels(configs, skip_unused=True)  # RoPE's group is pe=rope, not k=16, pe=rope
+  return out if all(out) and len(set(out)) == len(out) else _labels(configs, skip_unused=False)
+
+
+def _labels(configs: Sequence[dict], skip_unused: bool) -> list[str]:
   keys = sorted({k for c in configs for k in c})
   values = {k: [canonical(c.get(k)) for c in configs] for k in keys}
   differing = [k for k in keys if len(set(values[k])) > 1]
+  shown = {k: [not (skip_unused and _unused_option(c, k)) for c in configs] for k in differing}
   primary = max(differing, key=lambda k: len(set(values[k])))
   differing.sort(key=lambda k: k != primary)  # the primary key first
   modes = {}
@@ -156,14 +166,25 @@ def labels(configs: Sequence[dict]) -> list[str]:
     (top, n), *rest = collections.Counter(values[k]).most_common(2) + [(None, 0)]
     modes[k] = top if n > rest[0][1] else None
 
-  def name(c, shown):
-    return ", ".join(f"{SHORT_NAMES.get(k, k)}={c.get(k)}" for k in shown)
+  def name(i, keys):
+    return ", ".join(f"{SHORT_NAMES.get(k, k)}={configs[i].get(k)}" for k in keys if shown[k][i])
 
-  out = [name(c, [k for k in differing if k == primary or modes[k] is None or canonical(c.get(k)) != modes[k]])
-         for c in configs]
+  out = [name(i, [k for k in differing if k == primary or modes[k] is None or canonical(c.get(k)) != modes[k]])
+         for i, c in enumerate(configs)]
   if len(set(out)) < len(out):
-    out = [name(c, differing) for c in configs]
+    out = [name(i, differing) for i in range(len(configs))]
   return out
+
+
+def _unused_option(config: dict, key: str) -> bool:
+  """Whether flat ``key`` is an option of a position scheme (``max_distance``, Shaw's) that ``config`` does not
+  use: the model reads the options of ``position`` and ``cross_position`` only (``rpr.run_config.model_config``)."""
+  scheme = _SCHEME_OF_OPTION.get(key)
+  return scheme is not None and scheme not in (config.get("position"), config.get("cross_position"))
+
+
+# Each scheme option's flat name and its scheme: max_distance -> shaw.
+_SCHEME_OF_OPTION = {k: name for name in positions.SCHEMES for k in positions.defaults(name)}
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:

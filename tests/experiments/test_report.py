@@ -135,6 +135,16 @@ def test_labels_show_what_tells_groups_apart():
   assert runs_lib.labels([{"position": "shaw"}]) == ["all runs"]
 
 
+def test_labels_leave_out_the_options_of_a_scheme_the_group_does_not_use():
+  configs = [{"position": p, "max_distance": k, "rope_base": 1e4} for p, k in
+             (("shaw", 2), ("shaw", 16), ("rope", 16), ("alibi", 16))]
+  assert runs_lib.labels(configs) == ["pe=shaw, k=2", "pe=shaw", "pe=rope", "pe=alibi"]
+  crossed = [{"position": "none", "cross_position": "shaw", "max_distance": k} for k in (4, 8)]
+  assert runs_lib.labels(crossed) == ["k=4", "k=8"]  # the encoder-decoder attention reads Shaw's options
+  # Two groups apart only in an option neither reads are still told apart, by it.
+  assert runs_lib.labels([{"position": "rope", "max_distance": k} for k in (4, 8)]) == ["k=4", "k=8"]
+
+
 def test_cli_regenerates_the_committed_table_from_the_workdirs(table2_runs, tmp_path):
   out = tmp_path / "cli"
   args = [str(table2_runs / "*" / "*"), "--metric", "test/exact_match", "--x", "max_distance", "--paper", "table2",
