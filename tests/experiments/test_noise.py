@@ -85,7 +85,8 @@ def test_a_retrained_run_whose_config_no_committed_run_has_is_refused_by_name(re
     noise.write(str(tmp_path / "out"), str(results / "noise"), str(results))
 
 
-def test_the_committed_noise_table_and_floor_are_what_the_command_makes_of_the_committed_runs(tmp_path):
+def test_the_committed_noise_table_and_floor_are_what_the_command_makes_of_the_committed_runs(tmp_path,
+                                                                                             committed_runs_only):
   noise.write(str(tmp_path), command="python -m experiments.noise")
   committed = ROOT / "experiments" / "results" / "noise"
   for name in ("floor.md", "floor.json"):

@@ -14,7 +14,6 @@ import json
 import pathlib
 import shlex
 import shutil
-import subprocess
 
 import ml_collections
 import pytest
@@ -47,7 +46,8 @@ def _committed(patterns) -> bool:
 
 @pytest.mark.parametrize("table", TABLES, ids=[str(t.parent.relative_to(ROOT / "experiments" / "results"))
                                               for t in TABLES])
-def test_a_committed_report_is_what_its_command_makes_of_the_committed_records(table, tmp_path, monkeypatch):
+def test_a_committed_report_is_what_its_command_makes_of_the_committed_records(table, tmp_path, monkeypatch,
+                                                                             committed_runs_only):
   command, patterns, spec = _command(table)
   if not _committed(patterns):
     pytest.skip(f"its runs are not committed: {patterns}")
@@ -75,14 +75,7 @@ def test_a_sweeps_committed_report_is_headed_by_the_sweeps_report_command(name):
   assert command == sweep_lib.report_command(sweep, "experiments/results")
 
 
-def _tracked_runs() -> list[pathlib.Path]:
-  """The committed workdirs under experiments/results (git's index: a run in progress beside them is not one)."""
-  out = subprocess.run(["git", "ls-files", "experiments/results"], cwd=ROOT, capture_output=True, text=True,
-                       check=True).stdout.split()
-  return sorted(ROOT / pathlib.Path(p).parent for p in out if p.endswith("/metrics.jsonl"))
-
-
-def test_the_groups_of_every_committed_folder_are_its_variant_folders():
+def test_the_groups_of_every_committed_folder_are_its_variant_folders(committed_workdirs):
   # A report groups runs by their configs (the seed aside): a key that only some seeds of one variant record
   # (a key added to the engine between their runs) would split the variant into groups of one seed each, none
   # judged. Here the runs of every <sweep>/<variant>/seed* folder (or <sweep>/<variant>, one run) make exactly one
@@ -91,7 +84,7 @@ def test_the_groups_of_every_committed_folder_are_its_variant_folders():
 
   variant = lambda w: w.parent if w.name.startswith("seed") else w
   by_sweep: dict = {}
-  for workdir in _tracked_runs():
+  for workdir in committed_workdirs:
     if "noise" not in workdir.relative_to(ROOT).parts:
       by_sweep.setdefault(variant(workdir).parent, []).append(str(workdir))
   for sweep_dir, workdirs in by_sweep.items():
@@ -100,10 +93,10 @@ def test_the_groups_of_every_committed_folder_are_its_variant_folders():
     assert all(len(f) == 1 for f in folders) and len(folders) == len({f[0] for f in folders}), (sweep_dir, folders)
 
 
-def test_every_committed_run_is_finished():
+def test_every_committed_run_is_finished(committed_workdirs):
   # A run's records are committed when it has finished (its last step and that step's evaluations), never while
   # it trains: a report would count a half-trained run, or leave it out and say so only in passing.
-  runs = _tracked_runs()
+  runs = committed_workdirs
   assert len(runs) > 100, runs
   unfinished = []
   for workdir in runs:
