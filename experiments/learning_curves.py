@@ -1,7 +1,7 @@
 """Learning curves in a report: metrics against the training step, one line per run (``ReportSpec.steps``).
 
 Every run the report reads is drawn, the unfinished ones included (a curve
-in progress is the point of the plot), in its group's colour, one line per
+in progress is the point of the plot), in its group's colour and line style, one line per
 seed, with each committed baseline that has the metric as a dashed line
 (``experiments.baselines``). Under the plot, per group: its runs, the step each has reached, the
 last value of each metric (mean and range over the runs), and, for runs
@@ -33,12 +33,11 @@ def plot(path: str, groups: Sequence[tuple[str, list[runs_lib.RunRecord]]], metr
   fig, axes = plt.subplots(1, len(metrics), figsize=(7.4 * len(metrics), 4.4), squeeze=False)
   for ax, metric in zip(axes[0], metrics):
     for i, (label, runs) in enumerate(groups):
-      color = f"C{i % 10}"
       for j, run in enumerate(runs):
         steps, values = series(run, metric)
-        ax.plot(steps, values, color=color, linewidth=1.2, alpha=0.85, label=label if j == 0 else None)
+        ax.plot(steps, values, linewidth=1.2, alpha=0.85, label=label if j == 0 else None, **render.group_style(i))
     for k, (name, value) in enumerate(baselines.of_metric(metric).items()):
-      ax.axhline(value, color="0.35", linestyle=("--", ":")[k % 2], linewidth=1.0, label=f"{name} ({value:.2f})")
+      ax.axhline(value, color="k", linestyle=("--", ":")[k % 2], linewidth=1.0, label=f"{name} ({value:.2f})")
     ax.set_xlabel("training step")
     ax.set_ylabel(metric)
     if metric.endswith("perplexity"):

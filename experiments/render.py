@@ -75,6 +75,15 @@ def save(fig, path: str, dpi: int = 120) -> None:
   pyplot().close(fig)
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def group_style(i: int) -> dict[str, str]:
+  """The colour and line style of the ``i``-th group of a plot, distinct for the first 40: matplotlib's 10 colours,
+  then the same colours dashed, dotted, dash-dotted (its default cycle would give group 11 group 1's look)."""
+  return {"color": f"C{i % 10}", "linestyle": LINE_STYLES[i // 10 % len(LINE_STYLES)]}
+
+
 class Points(NamedTuple):
   """One group of :func:`metric_plot`: its name, its runs' values, its x (None: bars side by side), a reference."""
   label: str
@@ -133,9 +142,9 @@ def curve_plot(path: str, curves: Mapping[str, np.ndarray], metrics: Sequence[st
   plt = pyplot()
   fig, ax = plt.subplots(figsize=(7.4, 4.2))
   means = {}
-  for label, values in curves.items():
+  for i, (label, values) in enumerate(curves.items()):
     means[label] = np.nanmean(values, axis=0).tolist()
-    line, = ax.plot(range(len(metrics)), means[label], marker="o", label=label)
+    line, = ax.plot(range(len(metrics)), means[label], marker="o", label=label, **group_style(i))
     if len(values) > 1:
       ax.fill_between(range(len(metrics)), np.nanmin(values, axis=0), np.nanmax(values, axis=0),
                       color=line.get_color(), alpha=0.15, linewidth=0)
@@ -157,9 +166,9 @@ def length_plot(path: str, curves: Mapping[str, Mapping[int, Mapping[str, float]
   """
   plt = pyplot()
   fig, ax = plt.subplots(figsize=(8.4, 4.4))
-  for label, lengths in curves.items():
+  for j, (label, lengths) in enumerate(curves.items()):
     n = sorted(lengths)
-    line, = ax.plot(n, [lengths[i]["mean"] for i in n], marker=".", label=label)
+    line, = ax.plot(n, [lengths[i]["mean"] for i in n], marker=".", label=label, **group_style(j))
     ax.fill_between(n, [lengths[i]["min"] for i in n], [lengths[i]["max"] for i in n], color=line.get_color(),
                     alpha=0.15, linewidth=0)
   for t in train_max:

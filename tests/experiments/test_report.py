@@ -257,6 +257,26 @@ def test_a_record_from_before_a_position_option_existed_groups_with_its_default(
   assert sorted(sorted(r.seed for r in runs) for _, runs in groups) == [[0, 1, 3], [2]]
 
 
+def test_a_plot_of_more_groups_than_colours_gives_each_group_its_own_look(monkeypatch, tmp_path):
+  # matplotlib's default cycle has 10 colours: the 11th group would look like the 1st. (12 translation curve cells.)
+  from experiments import learning_curves
+  from experiments import render
+
+  figures = []
+  monkeypatch.setattr(render, "save", lambda fig, path: figures.append(fig))
+  runs = [runs_lib.RunRecord(f"w{i}", {}, [{"step": s, "validation/loss": 1.0 / (s + i)} for s in (1, 2)])
+          for i in range(12)]
+  groups = [(f"g{i}", [run, run]) for i, run in enumerate(runs)]  # two seeds each: one look per group
+  learning_curves.plot(str(tmp_path / "c.png"), groups, ["validation/loss"])
+  by_group = [(line.get_color(), line.get_linestyle()) for line in figures[0].axes[0].get_lines()]
+  assert len(by_group) == 24 and by_group[0::2] == by_group[1::2]  # a group's seeds share its look
+  assert len(set(by_group[0::2])) == 12
+  render.pyplot().close(figures[0])
+  render.curve_plot(str(tmp_path / "m.png"), {f"g{i}": np.ones((1, 2)) * i for i in range(12)}, ["a", "b"], "t")
+  assert len({(line.get_color(), line.get_linestyle()) for line in figures[1].axes[0].get_lines()}) == 12
+  render.pyplot().close(figures[1])
+
+
 def test_steps_draws_every_run_against_the_step_and_says_where_each_stands(tmp_path):
   curve = lambda end, scale: [{"step": s, "validation/loss": scale / s, "train/steps_per_sec": 0.1}
                               for s in range(100, end + 1, 100)]
