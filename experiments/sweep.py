@@ -183,8 +183,8 @@ def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
     from rpr import run_config
     from rpr import train  # JAX: imported only when something trains
 
-    for job in jobs:
-      run_config.validate(job.config, num_devices=jax.device_count(), workdir=job.workdir)
+    for job in jobs:  # every config fails before any run trains; the run's own start logs what it resumes with
+      run_config.validate(job.config, num_devices=jax.device_count(), workdir=job.workdir, quiet=True)
     train_fn = train.train_and_evaluate
   from rpr import stop
 

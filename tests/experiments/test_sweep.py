@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import logging
 import pathlib
 import subprocess
 import sys
@@ -153,6 +154,22 @@ def test_run_sweep_trains_in_turn_skips_finished_runs_and_goes_on_after_a_failur
   calls.clear()
   outcome = sweep_lib.run_sweep(sweep, root, list(sweep.runs), train_fn=fake_train)
   assert [(p, s) for p, s, _ in calls] == [("sinusoidal", 1)] and len(outcome["skipped"]) == 3
+
+
+def test_a_finished_run_is_skipped_without_a_word_about_resuming_it(tmp_path, caplog):
+  # The sweep checks every config before it trains; a finished run recorded under other XLA flags was logged as
+  # "Resuming ... may not repeat a straight run", though nothing resumes it.
+  run = sweeps.get("length_tiny").runs[0]
+  workdir = tmp_path / "run"
+  config = sweep_lib.load_config(run, str(tmp_path))
+  workdir.mkdir()
+  (workdir / "config.json").write_text(json.dumps({"config": json.loads(config.to_json_best_effort()),
+                                                   "xla_flags": "--xla_some_other_machine"}))
+  _finish(workdir, config.num_train_steps, splits=run_config.evaluated_splits(config))
+  with caplog.at_level(logging.INFO):
+    outcome = sweep_lib.train_all([sweep_lib.Job(config, str(workdir))])
+  assert outcome["skipped"] == [str(workdir)]
+  assert not [r.message for r in caplog.records if "Resuming" in r.message]
 
 
 def test_finished_needs_the_last_step_and_its_evaluation(tmp_path):
