@@ -89,9 +89,30 @@ def last_step(workdir: str) -> Optional[int]:
     return max((int(json.loads(line)["step"]) for line in f if line.strip()), default=None)
 
 
+def _plateau_status(workdir: str, config) -> str:
+  """For a run with a plateau rule: its metric's latest value and the rule's gain there, beside what stops it."""
+  from rpr import plateau
+  from rpr import records as records_lib
+
+  rule, path = plateau.Rule.from_config(config), os.path.join(workdir, "metrics.jsonl")
+  if rule is None or not os.path.exists(path):
+    return ""
+  with open(path, encoding="utf-8") as f:
+    curve = plateau.curve(records_lib.dedupe([json.loads(line) for line in f if line.strip()]), rule.metric)
+  if not curve:
+    return f"; no {rule.metric} yet"
+  step, value = curve[-1]
+  gain = rule.gain(curve, step)
+  gained = "(not yet measured)" if gain is None else f"{gain:.2f}"
+  means = f"(means of {rule.smoothing} evaluations) " if rule.smoothing > 1 else ""
+  return (f"; {rule.metric} {value:.2f} at step {step:,}, gained {gained} over the last {rule.window:.0%} of the "
+          f"steps {means}(the rule stops it at a step >= {rule.min_steps:,} with a gain under {rule.min_gain:g})")
+
+
 def print_sweep(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> None:
   """Each run's command, "# finished: " before those that are; a comment with the step reached before each run
-  in progress; then how many are finished and the report's command."""
+  in progress (and, under a plateau rule, its metric's latest value and gain); then how many are finished and the
+  report's command."""
   done = in_progress = 0
   for run in runs:
     workdir, config = sweep.workdir(run, root), load_config(run, root)
@@ -105,7 +126,7 @@ def print_sweep(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> N
       saved = workdir_lib.checkpoint_steps(workdir)
       how = (f"the command resumes it from its newest checkpoint, step {saved[0]:,}" if saved else
              "no checkpoint: the command starts it at step 0 and sets these records aside")
-      print(f"# in progress: step {step:,} of {config.num_train_steps:,} ({how})")
+      print(f"# in progress: step {step:,} of {config.num_train_steps:,} ({how}){_plateau_status(workdir, config)}")
     print(command(run, root, sweep.name))
   print(f"# {done} of {len(runs)} runs finished, {in_progress} in progress")
   print("# report: " + report_command(sweep, root))

@@ -172,6 +172,23 @@ def test_a_finished_run_is_skipped_without_a_word_about_resuming_it(tmp_path, ca
   assert not [r.message for r in caplog.records if "Resuming" in r.message]
 
 
+def test_print_says_how_far_a_run_in_progress_is_from_its_plateau_rule(tmp_path):
+  config = sweep_lib.load_config(sweeps.get("length_tiny").runs[0], str(tmp_path))
+  config.plateau_metric, config.plateau_min_steps, config.plateau_window = "valid/loss", 40, 0.5
+  config.plateau_min_gain, config.plateau_smoothing = 0.2, 2
+  status = lambda: sweep_lib._plateau_status(str(tmp_path), config)  # pylint: disable=protected-access
+  assert status() == ""  # no records
+  (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 5, "train/loss": 4.0}) + "\n")
+  assert status() == "; no valid/loss yet"
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+      {"step": 10, "valid/loss": 3.0}, {"step": 15, "train/loss": 2.0}, {"step": 20, "valid/loss": 2.0},
+      {"step": 30, "valid/loss": 1.5}, {"step": 40, "valid/loss": 1.3}]))
+  # at step 40: mean of 1.5 and 1.3 against the mean of 3.0 and 2.0 at step 20 (half of 40), a gain of 1.1
+  assert status() == (
+      "; valid/loss 1.30 at step 40, gained 1.10 over the last 50% of the steps (means of 2 evaluations) (the rule "
+      "stops it at a step >= 40 with a gain under 0.2)")
+
+
 def test_finished_needs_the_last_step_and_its_evaluation(tmp_path):
   config = sweep_lib.load_config(sweeps.get("length_tiny").runs[0], str(tmp_path))
   assert not sweep_lib.finished(str(tmp_path / "missing"), config)
