@@ -80,25 +80,25 @@ def command(run: sweeps.Run, root: str, sweep: str) -> str:
   return " ".join(words)
 
 
-def last_step(workdir: str) -> Optional[int]:
-  """The last step ``workdir``'s records reached, or None before its first record."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return None
-  with open(path, encoding="utf-8") as f:
-    return max((int(json.loads(line)["step"]) for line in f if line.strip()), default=None)
-
-
-def _plateau_status(workdir: str, config) -> str:
-  """For a run with a plateau rule: its metric's latest value and the rule's gain there, beside what stops it."""
-  from rpr import plateau
+def _records(workdir: str) -> list[dict]:
+  """``workdir``'s metric records (a step logged twice keeps its later record); none before its first."""
   from rpr import records as records_lib
 
-  rule, path = plateau.Rule.from_config(config), os.path.join(workdir, "metrics.jsonl")
-  if rule is None or not os.path.exists(path):
-    return ""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
   with open(path, encoding="utf-8") as f:
-    curve = plateau.curve(records_lib.dedupe([json.loads(line) for line in f if line.strip()]), rule.metric)
+    return records_lib.dedupe([json.loads(line) for line in f if line.strip()])
+
+
+def _plateau_status(records: Sequence[dict], config) -> str:
+  """For a run with a plateau rule: its metric's latest value and the rule's gain there, beside what stops it."""
+  from rpr import plateau
+
+  rule = plateau.Rule.from_config(config)
+  if rule is None or not records:
+    return ""
+  curve = plateau.curve(records, rule.metric)
   if not curve:
     return f"; no {rule.metric} yet"
   step, value = curve[-1]
@@ -120,13 +120,14 @@ def print_sweep(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> N
       done += 1
       print("# finished: " + command(run, root, sweep.name))
       continue
-    step = last_step(workdir)
-    if step is not None:
+    records = _records(workdir)
+    if records:
+      step = max(int(r["step"]) for r in records)
       in_progress += 1
       saved = workdir_lib.checkpoint_steps(workdir)
       how = (f"the command resumes it from its newest checkpoint, step {saved[0]:,}" if saved else
              "no checkpoint: the command starts it at step 0 and sets these records aside")
-      print(f"# in progress: step {step:,} of {config.num_train_steps:,} ({how}){_plateau_status(workdir, config)}")
+      print(f"# in progress: step {step:,} of {config.num_train_steps:,} ({how}){_plateau_status(records, config)}")
     print(command(run, root, sweep.name))
   print(f"# {done} of {len(runs)} runs finished, {in_progress} in progress")
   print("# report: " + report_command(sweep, root))
