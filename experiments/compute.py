@@ -162,7 +162,7 @@ def report(patterns: Sequence[str], command: str) -> str:
 
 def _lost_section(lost: Sequence[runs_lib.RunRecord]) -> list[str]:
   """The runs not counted above: no span of theirs survives. Their logged step rates still give the time of
-  their training steps, a lower bound on their processes' hours (evaluations, compilation and restarts aside)."""
+  their training intervals, a lower bound on their processes' hours (:meth:`RunRecord.train_seconds`)."""
   if not lost:
     return []
   rows, total = [], 0.0
@@ -173,10 +173,10 @@ def _lost_section(lost: Sequence[runs_lib.RunRecord]) -> list[str]:
     rows.append([os.path.relpath(run.workdir), f"{step:,}", "-" if seconds is None else f"{seconds / 3600:.2f}"])
   return [f"Not counted above: {len(lost)} run{'s' * (len(lost) != 1)} whose processes left no span (no "
           "processes.jsonl line, and no events file on this machine: the events stay on the machine that trained a "
-          "run). Their training steps "
-          f"took {total / 3600:.1f} hours by their logged step rates, a lower bound on their hours (evaluations "
-          "and compilation are not in it):", "",
-          render.markdown_table(["run", "step reached", "hours of training steps"], rows,
+          "run). Their logged training intervals "
+          f"took {total / 3600:.1f} hours by their logged step rates, a lower bound on their hours (the "
+          "periodic evaluations are in it; setup, the final evaluation and steps trained twice are not):", "",
+          render.markdown_table(["run", "step reached", "hours of logged training"], rows,
                                 ["---", render.RIGHT, render.RIGHT]), ""]
 
 

@@ -52,7 +52,12 @@ class RunRecord:
     return None
 
   def train_seconds(self) -> Optional[float]:
-    """Training time from the logged step rates (no compilation, no evaluation); None without them."""
+    """Seconds of the logged training intervals (each record's steps over its rate); None without rates.
+
+    A rate is steps over the wall time between two log lines, so an interval holds whatever ran in it: the
+    steps, and any periodic evaluation, checkpoint save or first-step compilation. Not in it: setup before the
+    first step, the final evaluation, and steps dropped at a restart (they are trained again and logged anew).
+    """
     seconds, previous = 0.0, 0
     for r in self.records:
       if r.get("train/steps_per_sec"):

@@ -42,7 +42,7 @@ def test_runs_hours_sum_their_processes_and_the_wall_hours_count_overlap_once(tm
   counted, lost = text.split("Not counted above")
   lines = [line for line in counted.splitlines() if line.startswith("| ") and "seed0" in line]
   assert [line.split(" | ")[1:4] for line in lines] == [["2", "1.50", "200"], ["1", "1.50", "150"]]  # k=2 first
-  # k=64: 100 steps at 0.05/s and 90 at 0.1/s are 2,900 s of training steps
+  # k=64: 100 steps at 0.05/s and 90 at 0.1/s are 2,900 s of logged training
   assert lost.startswith(": 1 run whose processes left no span") and "took 0.8 hours" in lost
   assert [line.split(" | ")[1:] for line in lost.splitlines() if "seed0" in line] == [["190", "0.81 |"]]
 
