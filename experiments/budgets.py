@@ -132,9 +132,10 @@ def pairs(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) 
           f"({len(a.values)} and {len(b.values)} runs)")
   if not held and not changed and not unjudged:
     return []
-  skipped = (f" {unjudged} pairs are not judged: one of their cells has a single seed at a budget, whose range "
-             f"between seeds is not measured." if unjudged else "")
-  return [f"Each pair of cells at both budgets ({len(held)} verdicts held, {len(changed)} changed).{skipped}", "",
+  skipped = (f" {unjudged} pair{'s are' if unjudged != 1 else ' is'} not judged: one of their cells has a single "
+             "seed at a budget, whose range between seeds is not measured." if unjudged else "")
+  verdicts = f"{len(held)} verdict{'s' * (len(held) != 1)} held, {len(changed)} changed"
+  return [f"Each pair of cells at both budgets ({verdicts}).{skipped}", "",
           *(f"- changed: {line}" for line in changed), *(f"- held: {line}" for line in held), ""]
 
 

@@ -151,7 +151,7 @@ def test_the_report_sets_each_group_beside_its_cell_at_the_shorter_budget(result
   assert "| k=4 | 1 | 400 | 41.00 | 0 | - | - | - | - |" in table
   # The pairs with shorter runs, judged at both budgets, in path order (k = 2 before k = 16): k = 2 (50-50.5,
   # then 41) against k = 16 (40-41.5, then 30-31).
-  assert "(1 verdicts held, 0 changed)." in table
+  assert "(1 verdict held, 0 changed)." in table
   assert ("- held: k=2 against k=16: worse by 8.50 at the shorter budget, worse by 10.00 at this one (2 and 2 "
           "runs)") in table
   assert "paper (BLEU" not in table  # a perplexity report has no BLEU beside it
@@ -176,7 +176,7 @@ def test_a_pair_with_one_seed_in_a_cell_is_counted_and_not_judged(results, tmp_p
                         shorter=(str(results / "lm" / "clipping" / "*" / "*"),))
   table = (tmp_path / "out" / "table.md").read_text()
   assert "| k=2 | 1 | 400 | 41.00 | 2 | 100 | 50.25 [50.00, 50.50] | -9.25 | not judged (one seed) |" in table
-  assert "(0 verdicts held, 0 changed). 1 pairs are not judged: one of their cells has a single seed" in table
+  assert "(0 verdicts held, 0 changed). 1 pair is not judged: one of their cells has a single seed" in table
   assert "- held" not in table and "- changed" not in table
 
 
