@@ -17,7 +17,9 @@ more) and ``--seeds 0,1`` restrict the sweep. Compiled programs are kept in a
 persistent JAX cache (``--compilation_cache``, default ``<root>/jax_cache``), so
 the seeds of one variant compile once. The printed commands set the
 same keys as the in-process runs (``--config.<key>=<value>``), and when the
-sweep is done the command of its report is printed.
+sweep is done the command of its report is printed; before it, the steps the
+unfinished runs have left and how long one process takes over them at the
+step rate the runs in progress logged.
 
 ``--workers N`` first makes the files the runs share (generated data,
 vocabulary; ``rpr.data.prepare``), then trains N runs at once, each worker a
@@ -37,6 +39,7 @@ import pathlib
 import json
 import os
 import shlex
+import statistics
 import sys
 import time
 from typing import Any, Optional, Sequence
@@ -112,25 +115,47 @@ def _plateau_status(records: Sequence[dict], config) -> str:
 def print_sweep(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> None:
   """Each run's command, "# finished: " before those that are; a comment with the step reached before each run
   in progress (and, under a plateau rule, its metric's latest value and gain); then how many are finished and the
-  report's command."""
-  done = in_progress = 0
+  report's command, with the steps left and the time they take at the runs' logged step rates."""
+  done = in_progress = left = 0
+  rates, plateau_rule = {False: [], True: []}, False  # the logged step rates of runs in progress, and finished
   for run in runs:
     workdir, config = sweep.workdir(run, root), load_config(run, root)
-    if finished(workdir, config):
+    records = _records(workdir)
+    is_finished = finished(workdir, config)
+    rates[is_finished] += [r["train/steps_per_sec"] for r in records if r.get("train/steps_per_sec")]
+    if is_finished:
       done += 1
       print("# finished: " + command(run, root, sweep.name))
       continue
-    records = _records(workdir)
+    saved = workdir_lib.checkpoint_steps(workdir)
+    left += config.num_train_steps - (saved[0] if saved else 0)
+    plateau_rule = plateau_rule or bool(config.get("plateau_metric"))
     if records:
       step = max(int(r["step"]) for r in records)
       in_progress += 1
-      saved = workdir_lib.checkpoint_steps(workdir)
       how = (f"the command resumes it from its newest checkpoint, step {saved[0]:,}" if saved else
              "no checkpoint: the command starts it at step 0 and sets these records aside")
       print(f"# in progress: step {step:,} of {config.num_train_steps:,} ({how}){_plateau_status(records, config)}")
     print(command(run, root, sweep.name))
   print(f"# {done} of {len(runs)} runs finished, {in_progress} in progress")
+  print("# " + _time_left(left, rates, plateau_rule))
   print("# report: " + report_command(sweep, root))
+
+
+def _time_left(steps: int, rates: dict[bool, list[float]], plateau_rule: bool) -> str:
+  """The steps the unfinished runs have left, and their hours at the median step rate logged by the runs in
+  progress (they run where and how the rest will), else by the finished ones."""
+  text = f"{steps:,} steps left"
+  if plateau_rule and steps:
+    text += " at most (a plateau rule may stop a run sooner)"
+  if not steps:
+    return text
+  whose = "runs in progress" if rates[False] else "finished runs"
+  if not rates[False] and not rates[True]:
+    return text + "; no step rate is logged yet"
+  rate = statistics.median(rates[False] or rates[True])
+  return (f"{text}: {steps / rate / 3600:.1f} hours of one process at {rate:.2f} steps/s, the median rate logged by "
+          f"its {whose} (evaluations included; divide by the processes run side by side)")
 
 
 def finished(workdir: str, config) -> bool:

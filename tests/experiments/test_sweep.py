@@ -99,21 +99,24 @@ def test_printed_commands_name_the_config_variant_workdir_and_every_key(tmp_path
   proc = subprocess.run([sys.executable, "-m", "experiments.sweep", name, "--print", "--seeds", "1", "--only", only,
                          "--root", str(tmp_path)], cwd=sweeps.ROOT, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-2000:]
+  steps = sweep_lib.load_config(sweep_lib.select(sweeps.get(name), only=[only])[0], "").num_train_steps
   assert proc.stdout.splitlines() == [expected.format(root=tmp_path), "# 0 of 1 runs finished, 0 in progress",
+                                      f"# {steps:,} steps left; no step rate is logged yet",
                                       "# report: " + sweep_lib.report_command(sweeps.get(name), str(tmp_path))]
 
 
 def test_print_marks_the_finished_runs_and_says_where_each_run_in_progress_stands(tmp_path, capsys):
   sweep = sweeps.get("length_tiny")
   runs = list(sweep.runs[:4])
-  _finish(pathlib.Path(sweep.workdir(runs[0], str(tmp_path))), sweep_lib.load_config(runs[0], "").num_train_steps)
-  _finish(pathlib.Path(sweep.workdir(runs[1], str(tmp_path))), 5, evaluated=False)  # stopped at step 5
+  _finish(pathlib.Path(sweep.workdir(runs[0], str(tmp_path))), sweep_lib.load_config(runs[0], "").num_train_steps,
+          rate=100.0)
+  _finish(pathlib.Path(sweep.workdir(runs[1], str(tmp_path))), 5, evaluated=False, rate=0.5)  # stopped at step 5
   (pathlib.Path(sweep.workdir(runs[1], str(tmp_path))) / "checkpoints" / "4").mkdir(parents=True)
   _finish(pathlib.Path(sweep.workdir(runs[2], str(tmp_path))), 3, evaluated=False)  # killed before a save
   sweep_lib.print_sweep(sweep, runs, str(tmp_path))
   lines = capsys.readouterr().out.splitlines()
   steps = sweep_lib.load_config(runs[1], "").num_train_steps
-  assert lines[:-1] == ["# finished: " + sweep_lib.command(runs[0], str(tmp_path), sweep.name),
+  assert lines[:-2] == ["# finished: " + sweep_lib.command(runs[0], str(tmp_path), sweep.name),
                         f"# in progress: step 5 of {steps:,} (the command resumes it from its newest checkpoint, "
                         "step 4)",
                         sweep_lib.command(runs[1], str(tmp_path), sweep.name),
@@ -122,13 +125,20 @@ def test_print_marks_the_finished_runs_and_says_where_each_run_in_progress_stand
                         sweep_lib.command(runs[2], str(tmp_path), sweep.name),
                         sweep_lib.command(runs[3], str(tmp_path), sweep.name),  # not started
                         "# 1 of 4 runs finished, 2 in progress"]
+  # Left: run 1 from its checkpoint at step 4, run 2 (no checkpoint) and run 3 from step 0. Their time is at the
+  # rate of the run in progress (0.5 steps/s), not the finished run's.
+  left = 3 * steps - 4
+  assert lines[-2] == (f"# {left:,} steps left: {left / 0.5 / 3600:.1f} hours of one process at 0.50 steps/s, the "
+                       "median rate logged by its runs in progress (evaluations included; divide by the processes "
+                       "run side by side)")
   assert lines[-1].startswith("# report: python -m experiments.report")
 
 
-def _finish(workdir, steps, evaluated=True, splits=("valid", "long")):
+def _finish(workdir, steps, evaluated=True, splits=("valid", "long"), rate=None):
   workdir.mkdir(parents=True, exist_ok=True)
   evaluation = {f"{s}/{m}": 1.0 for s in splits for m in ("loss", "exact_match")}
-  records = [{"step": steps, "train/loss": 0.1}] + ([{"step": steps, **evaluation}] if evaluated else [])
+  logged = {"step": steps, "train/loss": 0.1, **({"train/steps_per_sec": rate} if rate else {})}
+  records = [logged] + ([{"step": steps, **evaluation}] if evaluated else [])
   (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
@@ -300,3 +310,11 @@ def test_a_worker_is_pinned_to_one_core_before_jax_starts():
           "core = cores[3 % len(cores)]; print(sweep.pin_to_one_core(3) == core, os.sched_getaffinity(0) == {core})")
   proc = subprocess.run([sys.executable, "-c", code], cwd=sweeps.ROOT, capture_output=True, text=True, timeout=120)
   assert proc.stdout.split() == ["True", "True"], proc.stderr[-2000:]
+
+
+def test_time_left_uses_the_finished_runs_rate_when_none_is_in_progress_and_says_a_plateau_may_stop_sooner():
+  text = sweep_lib._time_left(36_000, {False: [], True: [1.0, 2.0, 9.0]}, True)  # pylint: disable=protected-access
+  assert text == ("36,000 steps left at most (a plateau rule may stop a run sooner): 5.0 hours of one process at "
+                  "2.00 steps/s, the median rate logged by its finished runs (evaluations included; divide by the "
+                  "processes run side by side)")
+  assert sweep_lib._time_left(0, {False: [], True: []}, True) == "0 steps left"  # pylint: disable=protected-access
