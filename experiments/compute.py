@@ -1,25 +1,27 @@
 """What a sweep's runs cost, from the spans of the processes that trained them.
 
-Each process that trains a run appends its span to the run's
-``processes.jsonl`` when it ends (:func:`rpr.workdir.record_process`: from
-before its restore to after its last evaluation or save), and writes one
-TensorBoard events file into the workdir. The first is committed with the
-run's records; the events are not (``.gitignore``) and are gone with the
-machine that trained the run. A process's span is read from
-``processes.jsonl``; an events file counts only for a process that file does
-not list (one killed with SIGKILL, or one that ran before the file
-existed), from its first event to its last. Per run: its processes and hours (the sum of their
-spans; steps redone after a restart count, as they were spent). Per sweep:
-run-hours, the sum over its runs, and wall hours, the union of every span:
+Each process that trains a run writes its span to the run's
+``processes.jsonl`` after each checkpoint save (marked running) and when it
+ends (:func:`rpr.workdir.record_process`: from before its restore to after
+its last evaluation or save), and writes one TensorBoard events file into
+the workdir. The first is committed with the run's records; the events are
+not (``.gitignore``) and are gone with the machine that trained the run. A
+process's span is read from ``processes.jsonl``; an events file counts for a
+process that file does not list (one killed with SIGKILL before its first
+save, or one that ran before the file existed), from its first event to its
+last, and extends the span of one it lists as running (killed after a
+save). Per run: its processes and hours (the sum of their spans; steps
+redone after a restart count, as they were spent). Per sweep: run-hours,
+the sum over its runs, and wall hours, the union of every span:
 the time during which at least one of its runs was training or evaluating.
 
     python -m experiments.compute 'experiments/results/lm/curves/*/*' --out experiments/results/lm/curves
 
 writes ``compute.md`` there, and says how many spans came from events.
 With ``--record_events`` it first appends those spans to each finished run's
-``processes.jsonl`` (marked ``"source": "events"``; a process's own line,
-written later, takes their place), so that they outlive the events: run it
-where the runs were trained, before the machine goes.
+``processes.jsonl`` (marked ``"source": "events"``; a process's own final
+line, written later, takes their place), so that they outlive the events:
+run it where the runs were trained, before the machine goes.
 """
 
 from __future__ import annotations
@@ -52,44 +54,63 @@ def _same(p: dict, q: dict) -> bool:
   return p["host"] == q["host"] and p["pid"] == q["pid"] and p["start"] <= q["end"] and q["start"] <= p["end"]
 
 
+def _extended(own: dict, events: Sequence[dict]) -> dict:
+  """A process's own span; one it wrote while running (``"running": true``, at a save: it was killed after) ends
+  at the last event of that process, where its events say it ran longer."""
+  if not own.get("running"):
+    return own
+  return {**own, "end": max([own["end"]] + [q["end"] for q in events if _same(own, q)])}
+
+
 def _listed(workdir: str) -> list[dict]:
-  """``processes.jsonl``'s spans; one recorded from events (:func:`record_events`) gives way to the process's own."""
+  """``processes.jsonl``'s spans; one recorded from events (:func:`record_events`) gives way to the process's own,
+  and extends it if that one was written while running."""
   path = os.path.join(workdir, PROCESSES)
   if not os.path.exists(path):
     return []
   with open(path, encoding="utf-8") as f:
     spans_ = [json.loads(line) for line in f if line.strip()]
   own = [p for p in spans_ if p.get("source") != "events"]
-  return own + [p for p in spans_ if p.get("source") == "events" and not any(_same(p, q) for q in own)]
+  events = [p for p in spans_ if p.get("source") == "events"]
+  return [_extended(p, events) for p in own] + [p for p in events if not any(_same(p, q) for q in own)]
 
 
-def _from_events(workdir: str, listed: Sequence[dict]) -> list[dict]:
-  """A span per events file of a process ``listed`` does not hold: host, PID, first and last event."""
+def _event_spans(workdir: str) -> list[dict]:
+  """A span per events file: host, PID, first and last event."""
   from tensorboard.backend.event_processing import event_file_loader
 
   out = []
   for events in sorted(glob.glob(os.path.join(workdir, "events.out.tfevents.*"))):
     name = _EVENTS.search(os.path.basename(events))
     times = [e.wall_time for e in event_file_loader.EventFileLoader(events).Load()]
-    span = {"host": name["host"] if name else None, "pid": int(name["pid"]) if name else None,
-            "start": min(times, default=0.0), "end": max(times, default=0.0), "source": "events"}
-    if times and not any(_same(span, p) for p in listed):
-      out.append(span)
+    if times:
+      out.append({"host": name["host"] if name else None, "pid": int(name["pid"]) if name else None,
+                  "start": min(times), "end": max(times), "source": "events"})
   return out
+
+
+def _from_events(listed: Sequence[dict], events: Sequence[dict]) -> list[dict]:
+  """The events spans ``listed`` does not hold: a process it does not list, or one it lists as running (killed
+  after that line) whose events end later."""
+  return [q for q in events
+          if not any(_same(q, p) for p in listed) or any(_same(q, p) and q["end"] > p["end"] for p in listed)]
 
 
 def spans(workdir: str) -> tuple[list[tuple[float, float]], int]:
   """(start, end) of each process that trained ``workdir``, in seconds since the epoch, oldest first, and how
-  many of them were read from events files (the others from ``processes.jsonl``)."""
-  listed = _listed(workdir)
-  extra = _from_events(workdir, listed)
+  many of them were read from events files only (the others from ``processes.jsonl``, extended by their events
+  where a line was written while the process ran)."""
+  listed, events = _listed(workdir), _event_spans(workdir)
+  listed = [_extended(p, events) for p in listed]
+  extra = [q for q in events if not any(_same(q, p) for p in listed)]
   return sorted((p["start"], p["end"]) for p in listed + extra), len(extra)
 
 
 def record_events(workdir: str) -> int:
-  """Appends to ``processes.jsonl`` the span of each process only events files hold (marked ``"source":
-  "events"``), so that it outlives them; returns how many."""
-  extra = _from_events(workdir, _listed(workdir))
+  """Appends to ``processes.jsonl`` the span of each process only events files hold, or that they hold further
+  than a line it wrote while running (marked ``"source": "events"``), so that it outlives them; returns how
+  many."""
+  extra = _from_events(_listed(workdir), _event_spans(workdir))
   if extra:
     with open(os.path.join(workdir, PROCESSES), "a", encoding="utf-8") as f:
       f.writelines(json.dumps(p, sort_keys=True) + "\n" for p in extra)

@@ -186,22 +186,24 @@ def train_and_evaluate(config, workdir: str, allow_config_change=(), restore_unv
   from rpr import workdir as workdir_lib
 
   run_config.validate(config, num_devices=jax.device_count())  # a bad config fails before the workdir is made
-  t0 = time.time()
+  t0, environment = time.time(), provenance.environment()
   with stop.handle_signals(), (workdir_lib.lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()):
     run = _prepare(config, workdir, allow_config_change, restore_unverified, trust_checkpoints)
     first = int(run.state.step)
+    # This process's span, committed with the records (experiments.compute): after each save, and at its end.
+    span = lambda last, running: (workdir_lib.record_process(workdir, t0, (first, last), running, environment)
+                                  if jax.process_index() == 0 else None)
     writer = writers.create(workdir, jax.process_index(), config.get("tensorboard", True))
     # The run's hyper-parameters for TensorBoard's HParams dashboard, beside the metrics it writes.
     writer.write_hparams(writers.hparams(config.to_dict()))
     try:
-      return _loop(run, writer)
+      return _loop(run, writer, on_save=lambda step: span(step, True))
     finally:
       try:
         run.ckpt.close()  # waits for an asynchronous save in flight (also when stopping on an error)
       finally:
         writer.close()
-        if jax.process_index() == 0:  # this process's span, committed with the records (experiments.compute)
-          workdir_lib.record_process(workdir, t0, (first, max([first] + [r["step"] for r in run.records])))
+        span(max([first] + [r["step"] for r in run.records]), False)
 
 
 def _write(run: _Run, writer, step: int, scalars: dict) -> None:
@@ -296,7 +298,7 @@ def _log(run: _Run, writer, history: list, done: int, rate: float) -> dict[str, 
   return summary
 
 
-def _loop(run: _Run, writer) -> dict[str, float]:
+def _loop(run: _Run, writer, on_save: Callable[[int], None] = lambda step: None) -> dict[str, float]:
   """Steps from the restored one to ``num_train_steps``: logs, evaluates and saves when due; stops on a signal."""
   config, ckpt, mesh = run.config, run.ckpt, run.mesh
   final: dict[str, float] = {}
@@ -329,6 +331,7 @@ def _loop(run: _Run, writer) -> dict[str, float]:
       history, t_log, step_log = [], now, done
     if save_due:
       ckpt.save(done, run.state, force=True)  # logged once written and checksummed
+      on_save(done)
     if stopping:
       ckpt.wait()
       logging.warning("Stopped by signal after step %d; its checkpoint is in %s. Run again with the same "

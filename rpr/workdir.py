@@ -22,6 +22,7 @@ import json
 import os
 import socket
 import time
+from typing import Optional
 
 from absl import logging
 
@@ -40,20 +41,44 @@ class Unusable(RuntimeError):
   """The workdir cannot be created or written, or holds what a run must not go on from."""
 
 
-def record_process(workdir: str, start: float, steps: tuple[int, int]) -> None:
-  """Appends this process's span to ``<workdir>/processes.jsonl``: host, PID, start and end (seconds since the
+def record_process(workdir: str, start: float, steps: tuple[int, int], running: bool = False,
+                   environment: Optional[dict] = None) -> None:
+  """Writes this process's span to ``<workdir>/processes.jsonl``: host, PID, start and end (seconds since the
   epoch), the steps it trained from and to, and what ``config.json`` records of the machine and the code
-  (:func:`rpr.provenance.environment`), which ``config.json`` holds for the latest process only.
+  (``environment``, default :func:`rpr.provenance.environment` now; training passes what it was at the process's
+  start, since the checkout may change under a running process), which ``config.json`` holds for the latest
+  process only.
 
-  Committed beside the records, it outlives the TensorBoard events (not committed, lost with the machine) that
-  ``experiments.compute`` reads otherwise. A process killed with SIGKILL writes none.
+  Training calls it after each checkpoint save with ``running=True`` (the line says ``"running": true``: the
+  process was alive then, at ``to_step``) and once more at its end; each call replaces the process's previous
+  line, and the file is replaced whole (write, then rename), so a kill leaves the old file or the new one. A
+  process killed with SIGKILL thus leaves its span up to its last save, where its TensorBoard events may say
+  more (``experiments.compute``). Committed beside the records, it outlives those events (not committed, lost
+  with the machine).
   """
   from rpr import provenance
 
   record = {"host": socket.gethostname(), "pid": os.getpid(), "start": start, "end": time.time(),
-            "from_step": steps[0], "to_step": steps[1], **provenance.environment()}
-  with open(os.path.join(workdir, PROCESSES), "a", encoding="utf-8") as f:
-    f.write(json.dumps(record, sort_keys=True) + "\n")
+            "from_step": steps[0], "to_step": steps[1],
+            **(provenance.environment() if environment is None else environment)}
+  if running:
+    record["running"] = True
+  this = (record["host"], record["pid"], start)
+  path = os.path.join(workdir, PROCESSES)
+  kept = []
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      for line in f:
+        if line.strip() and _process_key(json.loads(line)) != this:
+          kept.append(line.rstrip("\n") + "\n")
+  tmp = path + ".tmp"  # one writer: the process holding the workdir's lock
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.writelines(kept + [json.dumps(record, sort_keys=True) + "\n"])
+  os.replace(tmp, path)
+
+
+def _process_key(span: dict) -> tuple:
+  return span.get("host"), span.get("pid"), span.get("start")
 
 
 def checkpoint_steps(workdir: str) -> list[int]:

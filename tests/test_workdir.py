@@ -170,6 +170,29 @@ def test_each_process_appends_its_span_and_steps_to_processes_jsonl(tmp_path):
   recorded = json.loads((tmp_path / "config.json").read_text())  # the machine and code, per process here
   assert all(p[k] == recorded[k] for p in spans for k in ("code_version", "cpu_cores", "xla_flags", "num_devices"))
   assert t0 <= spans[0]["start"] < spans[0]["end"] <= spans[1]["start"] < spans[1]["end"] <= time.time()
+  assert not any("running" in p for p in spans)
+
+
+def test_after_each_save_the_process_rewrites_its_own_span_so_a_kill_leaves_it_up_to_that_save(tmp_path, monkeypatch):
+  train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=4)), str(tmp_path))  # an earlier process
+  seen, real = [], checkpoint.Checkpoints.save
+
+  def save(self, step, *args, **kwargs):  # the file as it stands when each save starts: the previous save's span
+    seen.append((step, read_jsonl(tmp_path / workdir.PROCESSES)))
+    return real(self, step, *args, **kwargs)
+
+  monkeypatch.setattr(checkpoint.Checkpoints, "save", save)
+  train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))  # resumed at 4, saves at 6 and 8
+  assert [step for step, _ in seen] == [6, 8]
+  first = seen[0][1]
+  assert len(first) == 1 and "running" not in first[0]  # the earlier process's line, untouched
+  earlier, during = seen[1][1]  # at the save of 8: the earlier line, and this process's line of step 6
+  assert earlier == first[0] and during["running"] is True and (during["from_step"], during["to_step"]) == (4, 6)
+  assert during["pid"] == os.getpid() and earlier["start"] < during["start"] <= during["end"]
+  last = read_jsonl(tmp_path / workdir.PROCESSES)  # at the end: the same process's line replaced, not added
+  assert len(last) == 2 and last[0] == earlier and "running" not in last[1]
+  assert (last[1]["start"], last[1]["from_step"], last[1]["to_step"]) == (during["start"], 4, 8)
+  assert not list(tmp_path.glob("*.tmp"))
 
 
 # ----------------------------------------------------------------------------
@@ -314,6 +337,12 @@ def test_killed_at_any_moment_the_rerun_equals_a_straight_run(straight, tmp_path
   stopped = [int(n) for n in re.findall(r"Stopped by signal after step (\d+)", stderr)]
   window = lambda r: "train/loss" in r and any(r["step"] - 4 < n < r["step"] for n in stopped)
   assert [r for r in ours if not window(r)] == [r for r in theirs if not window(r)]
+  # The killed process's span survives up to its last save (SIGKILL: written at that save, "running").
+  *killed, rerun = read_jsonl(path / workdir.PROCESSES)
+  assert rerun["pid"] != proc.pid and rerun["to_step"] == 24 and "running" not in rerun
+  if rerun["from_step"] > 4:  # the killed process saved twice or more: its line holds at least the one before last
+    assert [p["pid"] for p in killed] == [proc.pid] and killed[0]["to_step"] >= rerun["from_step"] - 4
+    assert killed[0].get("running", False) == (how == signal.SIGKILL and not finished)
 
 
 def test_a_signal_after_the_final_metrics_leaves_a_finished_run_finished(tmp_path, compilation_cache):

@@ -75,6 +75,28 @@ def test_the_committed_process_spans_count_and_events_only_for_processes_they_do
   assert compute.spans(str(a))[0][-1] == (T0 + 4.9 * HOUR, T0 + 6 * HOUR) and len(compute.spans(str(a))[0]) == 4
 
 
+def test_a_span_written_at_a_save_by_a_process_killed_later_ends_where_its_events_do(tmp_path):
+  # Process 7 wrote its line at its last save, one hour in ("running"), and was then killed with SIGKILL;
+  # its events go on to 1.5 hours. Process 8 ended normally: its events add nothing to its line.
+  a = _workdir(tmp_path / "k=2" / "seed0", {"max_distance": 2, "seed": 0}, [{"step": 200}])
+  listed = [{"host": "vm.a", "pid": 7, "start": T0, "end": T0 + HOUR, "from_step": 0, "to_step": 100,
+             "running": True},
+            {"host": "vm.a", "pid": 8, "start": T0 + 2 * HOUR, "end": T0 + 3 * HOUR, "from_step": 100,
+             "to_step": 200}]
+  (a / "processes.jsonl").write_text("".join(json.dumps(p) + "\n" for p in listed))
+  _process(a, 0.1, 1.5, "1800000360.vm.a.7.0.v2")
+  _process(a, 2.1, 2.9, "1800007560.vm.a.8.0.v2")
+  assert compute.spans(str(a)) == ([(T0, T0 + 1.5 * HOUR), (T0 + 2 * HOUR, T0 + 3 * HOUR)], 0)
+  # Recorded, the extension outlives the events, once.
+  assert compute.record_events(str(a)) == 1 and compute.record_events(str(a)) == 0
+  for events in a.glob("events.out.tfevents.*"):
+    events.unlink()
+  assert compute.spans(str(a)) == ([(T0, T0 + 1.5 * HOUR), (T0 + 2 * HOUR, T0 + 3 * HOUR)], 0)
+  # Without its events a running line counts to its last save: a lower bound.
+  (a / "processes.jsonl").write_text("".join(json.dumps(p) + "\n" for p in listed))
+  assert compute.spans(str(a)) == ([(T0, T0 + HOUR), (T0 + 2 * HOUR, T0 + 3 * HOUR)], 0)
+
+
 def test_only_finished_runs_have_their_events_recorded(tmp_path):
   config = {"seed": 0, "num_train_steps": 200, "eval_splits": [], "final_eval_splits": []}
   done = _workdir(tmp_path / "done" / "seed0", config, [{"step": 200, "train/loss": 1.0}])
