@@ -85,8 +85,9 @@ def learning_curves_section(report: columns.Report) -> list[str]:
   return ["![learning curves](learning_curves.png)", "",
           "Every run read, finished or not, at its latest evaluation:", "",
           render.markdown_table(header, rows), "",
-          f"Training time of these {len(seconds)} runs, summed from their logged step rates: "
-          f"{sum(seconds) / 3600:.1f} hours of logged training intervals (a rate is steps over the wall "
+          f"Training time of {'these ' * (len(seconds) != 1)}{render.count(len(seconds), 'run')}, summed from "
+          f"their logged step rates: {sum(seconds) / 3600:.1f} hours of logged training intervals (a rate is steps "
+          "over the wall "
           "time between two log lines, so the periodic evaluations are in it and the final one is not; a rate taken "
           "while other work shared the cores counts that wait too). `python -m experiments.compute` counts the "
           "wall-clock hours of the runs' processes, evaluations included, from the spans they committed "

@@ -25,6 +25,11 @@ def fmt(value: Optional[float], digits: int) -> str:
   return f"{value:.{digits}f}"
 
 
+def count(n: int, noun: str) -> str:
+  """``n`` and ``noun``, plural unless ``n`` is 1: "1 run", "2 runs" (nouns whose plural adds an s)."""
+  return f"{n:,} {noun}{'s' * (n != 1)}"
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: Optional[Sequence[str]] = None) -> str:
   """A Markdown table without a trailing newline.
 

@@ -60,7 +60,7 @@ def test_the_committed_process_spans_count_and_events_only_for_processes_they_do
   assert compute.spans(str(a)) == ([(T0, T0 + HOUR), (T0 + 1.5 * HOUR, T0 + 2 * HOUR),
                                     (T0 + 3 * HOUR, T0 + 4 * HOUR)], 1)
   text = compute.report([str(tmp_path / "*" / "*")], "x")
-  assert "1 runs, 2.5 run-hours" in text and "3 process spans, 1 of them from TensorBoard events" in text
+  assert "1 run, 2.5 run-hours" in text and "3 process spans, 1 of them from TensorBoard events" in text
   # Recorded, process 9's span outlives its events: the same spans, none of them from events any more.
   assert compute.record_events(str(a)) == 1 and compute.record_events(str(a)) == 0
   (a / "events.out.tfevents.1800005400.vm.a.9.0.v2").unlink()

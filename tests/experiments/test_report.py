@@ -205,13 +205,13 @@ def test_also_adds_a_column_per_metric(table2_runs, tmp_path):
                       also=["test/loss"])
   assert "| all runs | 0.9 | 1 |" in (tmp_path / "one" / "table.md").read_text()  # one run: its value alone
   table = (tmp_path / "one" / "table.md").read_text()
-  assert table.startswith("1 runs in 1 groups;")
+  assert table.startswith("1 run in 1 group;")
   unfinished = table2_runs / "k=4" / "unfinished"  # a run still training: a workdir without the metric yet
   unfinished.mkdir()
   (unfinished / "config.json").write_text((table2_runs / "k=4" / "seed0" / "config.json").read_text())
   (unfinished / "metrics.jsonl").write_text(json.dumps({"step": 1, "train/loss": 3.0}))
   report.write_report([str(table2_runs / "k=4" / "*")], str(tmp_path / "two"), metric="test/exact_match")
-  assert (tmp_path / "two" / "table.md").read_text().startswith("3 runs (1 more without it, unfinished) in 1 groups;")
+  assert (tmp_path / "two" / "table.md").read_text().startswith("3 runs (1 more without it, unfinished) in 1 group;")
 
 
 def test_curve_draws_each_group_as_a_line_over_the_metrics(table2_runs, tmp_path):
