@@ -201,7 +201,10 @@ def verdict(a: Sequence[float], b: Sequence[float], floor: Optional[float], lowe
   if floor is None or gap <= floor:
     return "not separated"
   better = (gap_up > 0) != lower_is_better
-  return f"{'better' if better else 'worse'} by {gap:.2f}"
+  digits = 2  # more where two decimals would print the gap as the floor it clears
+  while digits < 6 and f"{gap:.{digits}f}" == f"{floor:.{digits}f}":
+    digits += 1
+  return f"{'better' if better else 'worse'} by {gap:.{digits}f}"
 
 
 def define_flags() -> None:

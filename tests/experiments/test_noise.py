@@ -197,3 +197,9 @@ def test_each_longer_run_is_set_beside_its_seeds_shorter_run_at_the_shorter_runs
   assert "at that run's last training record (step S)" in table
   assert "| k=2 | 0 | 100 | differs | +0.5000 |" in table
   assert "| k=16 | 0, 1 | 100 | same | +0.0010, -0.0020 |" in table
+
+
+def test_a_gap_that_two_decimals_would_print_as_the_floor_it_clears_gets_more_digits():
+  assert noise.verdict([31.2, 31.3], [31.1577], 0.0404, lower_is_better=True) == "worse by 0.042"
+  assert noise.verdict([31.2, 31.3], [31.1], 0.04, lower_is_better=True) == "worse by 0.10"
+  assert noise.verdict([31.19, 31.3], [31.1577], 0.0404, lower_is_better=True) == "not separated"
