@@ -14,7 +14,10 @@ training are listed before those that held. Last, each run is set beside
 its seed's shorter run at that run's last training record: the same
 learning rate there says the schedule does not depend on the budget up to
 it, and the difference of the training losses shows how far the longer run
-retraces the shorter one.
+retraces the shorter one. Runs that reached their cap without meeting
+their plateau rule (:func:`experiments.learning_curves.capped`) are marked
+where their step is given and in each verdict they enter: their number is
+not a converged one.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Optional, Sequence
 
 from experiments import baselines
 from experiments import columns
+from experiments import learning_curves
 from experiments import noise
 from experiments import paper
 from experiments import render
@@ -98,7 +102,8 @@ def rows(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) -
   metric, digits = report.spec.metric, report.digits
   out = []
   for g, points in zip(report.groups, short):
-    cells = [g.label, f"{len(g.values)}", runs_lib.step_range([s for s, _ in g.points]), _spread(g.values, digits)]
+    step = runs_lib.step_range([s for s, _ in g.points]) + (" (cap)" if _capped(g) else "")
+    cells = [g.label, f"{len(g.values)}", step, _spread(g.values, digits)]
     if points:
       values = [v for _, v in points]
       cells += [f"{len(points)}", runs_lib.step_range([s for s, _ in points]), _spread(values, digits),
@@ -129,7 +134,7 @@ def pairs(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) 
         continue
       (held if before.split(" by ")[0] == after.split(" by ")[0] else changed).append(
           f"{a.label} against {b.label}: {before} at the shorter budget, {after} at this one "
-          f"({len(a.values)} and {len(b.values)} runs)")
+          f"({len(a.values)} and {len(b.values)} runs{_capped_note(a, b)})")
   if not held and not changed and not unjudged:
     return []
   skipped = (f" {unjudged} pair{'s are' if unjudged != 1 else ' is'} not judged: one of their cells has a single "
@@ -137,6 +142,16 @@ def pairs(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) 
   verdicts = f"{len(held)} verdict{'s' * (len(held) != 1)} held, {len(changed)} changed"
   return [f"Each pair of cells at both budgets ({verdicts}).{skipped}", "",
           *(f"- changed: {line}" for line in changed), *(f"- held: {line}" for line in held), ""]
+
+
+def _capped(group: runs_lib.Group) -> int:
+  """How many of ``group``'s runs reached their cap without their plateau rule stopping them."""
+  return sum(learning_curves.capped(r) for r in group.runs)
+
+
+def _capped_note(*groups: runs_lib.Group) -> str:
+  found = [f"{_capped(g)} of {g.label} at the cap" for g in groups if _capped(g)]
+  return f"; {', '.join(found)}" if found else ""
 
 
 def _bleu(report: columns.Report) -> bool:
@@ -153,6 +168,10 @@ def budgets_section(report: columns.Report) -> list[str]:
             "this budget against the shorter", *(["paper (BLEU, table)"] if _bleu(report) else [])]
   paper_text = (" The paper's BLEU is that of the one table that varies what the cell varies: T1 newstest2014, "
                 "T2 and T3 newstest2013." if _bleu(report) else "")
+  if any(_capped(g) for g in report.groups):
+    paper_text += (" A step marked (cap) has runs that reached the cap without meeting their plateau rule: their "
+                   "number is not a converged one, and a verdict in which such a cell is the worse may change with "
+                   "more training.")
   return [f"At this budget and at the shorter one (the same cells in the runs of {', '.join(report.spec.shorter)}; "
           f"mean [min, max] over seeds). A change counts only when the two ranges are apart by more than the "
           f"noise floor of {metric}: {floor_text}.{paper_text}", "",

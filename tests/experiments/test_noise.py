@@ -155,6 +155,27 @@ def test_the_report_sets_each_group_beside_its_cell_at_the_shorter_budget(result
   assert ("- held: k=2 against k=16: worse by 8.50 at the shorter budget, worse by 10.00 at this one (2 and 2 "
           "runs)") in table
   assert "paper (BLEU" not in table  # a perplexity report has no BLEU beside it
+  assert "(cap)" not in table and "at the cap" not in table  # no run has a plateau rule
+
+
+def test_a_cell_that_reached_its_cap_without_a_plateau_is_marked_where_its_step_is_and_in_its_verdicts(
+    results, tmp_path, monkeypatch):
+  # Both cells trained to a plateau rule capped at 400 steps: k = 16's seeds met it there, k = 2's did not.
+  monkeypatch.setattr(noise, "FLOOR_FILE", str(tmp_path / "floor.json"))
+  (tmp_path / "floor.json").write_text(json.dumps({"sotu": {"test/perplexity": 0.25}}))
+  rule = {"num_train_steps": 400, "plateau_metric": "validation/perplexity"}
+  for k, ppls, met in ((16, [30.0, 31.0], True), (2, [41.0, 41.0], False)):
+    for seed, ppl in enumerate(ppls):
+      _workdir(results / "longer" / f"k={k}" / f"seed{seed}", {**CELL, **rule, "max_distance": k, "seed": seed},
+               [{"step": 400, "test/perplexity": ppl, **({"plateau/reached": 1.0} if met else {})}])
+  tabulate.write_report([str(results / "longer" / "*" / "*")], str(tmp_path / "out"), metric="test/perplexity",
+                        shorter=(str(results / "lm" / "clipping" / "*" / "*"),))
+  table = (tmp_path / "out" / "table.md").read_text()
+  assert "| k=2 | 2 | 400 (cap) | 41.00 [41.00, 41.00] | 2 | 100 | 50.25 [50.00, 50.50] |" in table
+  assert "| k=16 | 2 | 400 | 30.50 [30.00, 31.00] |" in table
+  assert "A step marked (cap) has runs that reached the cap without meeting their plateau rule" in table
+  assert ("- held: k=2 against k=16: worse by 8.50 at the shorter budget, worse by 10.00 at this one (2 and 2 "
+          "runs; 2 of k=2 at the cap)") in table
 
 
 def test_a_verdict_that_training_changed_is_listed_as_changed(results, tmp_path, monkeypatch):
