@@ -45,6 +45,7 @@ from experiments import columns
 from experiments import ngram
 from experiments import noise
 from experiments import render
+from experiments import runs as runs_lib
 from experiments.sweeps import TRANSLATION_SHORT
 from rpr import metrics
 from rpr import tokens
@@ -143,6 +144,10 @@ def against(values: Sequence[float], baseline: float, floor: float | None, lower
   return ONE_SEED if len(values) < 2 else noise.verdict(values, [baseline], floor, lower)
 
 
+_CAPPED = (" A group marked \"n at the cap\" has n runs that reached their cap without meeting their plateau rule: its "
+           "number is not a converged one.")
+
+
 @columns.section("baselines", order=5, shown=lambda report: bool(of_metric(report.spec.metric)))
 def baselines_section(report: columns.Report) -> list[str]:
   """The baselines that have the report's metric, and each group held to them with the noise floor: better or
@@ -155,7 +160,9 @@ def baselines_section(report: columns.Report) -> list[str]:
       floor = noise.floor_of(g.config.get("dataset"), metric)
       found = against(g.values, value, None if floor is None else floor[0], lower)
       kind, _, gap = found.partition(" by ")
-      verdicts.setdefault(kind, []).append(f"{g.label} (by {gap})" if gap else g.label)
+      capped = sum(runs_lib.capped(r) for r in g.runs)
+      notes = ([f"by {gap}"] if gap else []) + ([f"{capped} at the cap"] if capped else [])
+      verdicts.setdefault(kind, []).append(f"{g.label} ({'; '.join(notes)})" if notes else g.label)
     listed = [f"{title}: {', '.join(verdicts.get(kind, [])) or 'none'}." for kind, title in (
         ("better", "Better by more than the floor"), ("not separated", "Not separated"),
         ("worse", "Worse by more than the floor"))]
@@ -163,9 +170,11 @@ def baselines_section(report: columns.Report) -> list[str]:
       listed.append(f"One seed, not judged: {', '.join(verdicts[ONE_SEED])}.")
     lines.append(f"- Baseline **{name}**: {metric} {value:.2f} (`experiments/results/baselines/`). {' '.join(listed)}")
   floors = noise.floors_text([g.config.get("dataset") for g in report.groups], metric)
+  capped_any = any(runs_lib.capped(r) for g in report.groups for r in g.runs)
   return [f"Baselines, each group held to them with the noise floor of {metric}: {floors}. A group is better or "
           "worse than a baseline when every seed is beyond it by more than the floor (the gap between the baseline "
-          "and the nearest seed is given); otherwise it is not separated from it.", ""] + lines + [""]
+          f"and the nearest seed is given); otherwise it is not separated from it.{_CAPPED if capped_any else ''}", "",
+          *lines, ""]
 
 
 def of_metric(metric: str | None) -> dict[str, float]:

@@ -15,7 +15,7 @@ its seed's shorter run at that run's last training record: the same
 learning rate there says the schedule does not depend on the budget up to
 it, and the difference of the training losses shows how far the longer run
 retraces the shorter one. Runs that reached their cap without meeting
-their plateau rule (:func:`experiments.learning_curves.capped`) are marked
+their plateau rule (:func:`experiments.runs.capped`) are marked
 where their step is given and in each verdict they enter: their number is
 not a converged one.
 """
@@ -26,7 +26,6 @@ from typing import Optional, Sequence
 
 from experiments import baselines
 from experiments import columns
-from experiments import learning_curves
 from experiments import noise
 from experiments import paper
 from experiments import render
@@ -146,7 +145,7 @@ def pairs(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) 
 
 def _capped(group: runs_lib.Group) -> int:
   """How many of ``group``'s runs reached their cap without their plateau rule stopping them."""
-  return sum(learning_curves.capped(r) for r in group.runs)
+  return sum(runs_lib.capped(r) for r in group.runs)
 
 
 def _capped_note(*groups: runs_lib.Group) -> str:

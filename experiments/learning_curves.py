@@ -53,20 +53,13 @@ def plot(path: str, groups: Sequence[tuple[str, list[runs_lib.RunRecord]]], metr
   render.save(fig, path)
 
 
-def capped(run: runs_lib.RunRecord) -> bool:
-  """Whether ``run`` has a plateau rule and reached its cap (``num_train_steps``) without the rule stopping it."""
-  cap = run.config.get("num_train_steps")
-  return (bool(run.config.get("plateau_metric")) and not any(r.get("plateau/reached") for r in run.records)
-          and cap is not None and any(r["step"] >= cap for r in run.records))
-
-
 def _plateau(run: runs_lib.RunRecord) -> str:
   reached = [r["step"] for r in run.records if r.get("plateau/reached")]
   if reached:
     return f"stopped at {int(reached[0]):,}"
   if not run.config.get("plateau_metric"):
     return "-"
-  return f"no plateau by {run.config['num_train_steps']:,} (the cap)" if capped(run) else "training"
+  return f"no plateau by {run.config['num_train_steps']:,} (the cap)" if runs_lib.capped(run) else "training"
 
 
 @columns.section("learning_curves", order=3, shown=lambda report: bool(report.spec.steps), reads=("steps",))

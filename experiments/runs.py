@@ -205,6 +205,14 @@ def step_range(steps: Sequence[int]) -> str:
   return f"{lo}" if lo == hi else f"{lo}-{hi}"
 
 
+def capped(run: RunRecord) -> bool:
+  """Whether ``run`` has a plateau rule and reached its cap (``num_train_steps``) without the rule stopping it: it
+  had not stopped improving, so its last number is not a converged one."""
+  cap = run.config.get("num_train_steps")
+  return (bool(run.config.get("plateau_metric")) and not any(r.get("plateau/reached") for r in run.records)
+          and cap is not None and any(r["step"] >= cap for r in run.records))
+
+
 @dataclasses.dataclass
 class Group:
   """The runs of one variant that hold the metric, ordered by seed, each with its last (step, value) of it.

@@ -176,6 +176,10 @@ def test_a_cell_that_reached_its_cap_without_a_plateau_is_marked_where_its_step_
   assert "A step marked (cap) has runs that reached the cap without meeting their plateau rule" in table
   assert ("- held: k=2 against k=16: worse by 8.50 at the shorter budget, worse by 10.00 at this one (2 and 2 "
           "runs; 2 of k=2 at the cap)") in table
+  # Against the committed 6-gram (31.16): k = 2 (41) is worse by 9.84, its 2 runs at the cap; k = 16 (30-31) is not
+  # separated from it, and unmarked.
+  assert "Not separated: k=16. Worse by more than the floor: k=2 (by 9.84; 2 at the cap)." in table
+  assert 'A group marked "n at the cap" has n runs that reached their cap' in table
 
 
 def test_a_verdict_that_training_changed_is_listed_as_changed(results, tmp_path, monkeypatch):
