@@ -45,7 +45,6 @@ from experiments import columns
 from experiments import ngram
 from experiments import noise
 from experiments import render
-from experiments import runs as runs_lib
 from experiments.sweeps import TRANSLATION_SHORT
 from rpr import metrics
 from rpr import tokens
@@ -160,8 +159,7 @@ def baselines_section(report: columns.Report) -> list[str]:
       floor = noise.floor_of(g.config.get("dataset"), metric)
       found = against(g.values, value, None if floor is None else floor[0], lower)
       kind, _, gap = found.partition(" by ")
-      capped = sum(runs_lib.capped(r) for r in g.runs)
-      notes = ([f"by {gap}"] if gap else []) + ([f"{capped} at the cap"] if capped else [])
+      notes = ([f"by {gap}"] if gap else []) + ([f"{g.capped} at the cap"] if g.capped else [])
       verdicts.setdefault(kind, []).append(f"{g.label} ({'; '.join(notes)})" if notes else g.label)
     listed = [f"{title}: {', '.join(verdicts.get(kind, [])) or 'none'}." for kind, title in (
         ("better", "Better by more than the floor"), ("not separated", "Not separated"),
@@ -170,11 +168,10 @@ def baselines_section(report: columns.Report) -> list[str]:
       listed.append(f"One seed, not judged: {', '.join(verdicts[ONE_SEED])}.")
     lines.append(f"- Baseline **{name}**: {metric} {value:.2f} (`experiments/results/baselines/`). {' '.join(listed)}")
   floors = noise.floors_text([g.config.get("dataset") for g in report.groups], metric)
-  capped_any = any(runs_lib.capped(r) for g in report.groups for r in g.runs)
+  capped = _CAPPED if any(g.capped for g in report.groups) else ""
   return [f"Baselines, each group held to them with the noise floor of {metric}: {floors}. A group is better or "
           "worse than a baseline when every seed is beyond it by more than the floor (the gap between the baseline "
-          f"and the nearest seed is given); otherwise it is not separated from it.{_CAPPED if capped_any else ''}", "",
-          *lines, ""]
+          f"and the nearest seed is given); otherwise it is not separated from it.{capped}", "", *lines, ""]
 
 
 def of_metric(metric: str | None) -> dict[str, float]:

@@ -101,7 +101,7 @@ def rows(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) -
   metric, digits = report.spec.metric, report.digits
   out = []
   for g, points in zip(report.groups, short):
-    step = runs_lib.step_range([s for s, _ in g.points]) + (" (cap)" if _capped(g) else "")
+    step = runs_lib.step_range([s for s, _ in g.points]) + (" (cap)" if g.capped else "")
     cells = [g.label, f"{len(g.values)}", step, _spread(g.values, digits)]
     if points:
       values = [v for _, v in points]
@@ -143,13 +143,8 @@ def pairs(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) 
           *(f"- changed: {line}" for line in changed), *(f"- held: {line}" for line in held), ""]
 
 
-def _capped(group: runs_lib.Group) -> int:
-  """How many of ``group``'s runs reached their cap without their plateau rule stopping them."""
-  return sum(runs_lib.capped(r) for r in group.runs)
-
-
 def _capped_note(*groups: runs_lib.Group) -> str:
-  found = [f"{_capped(g)} of {g.label} at the cap" for g in groups if _capped(g)]
+  found = [f"{g.capped} of {g.label} at the cap" for g in groups if g.capped]
   return f"; {', '.join(found)}" if found else ""
 
 
@@ -167,7 +162,7 @@ def budgets_section(report: columns.Report) -> list[str]:
             "this budget against the shorter", *(["paper (BLEU, table)"] if _bleu(report) else [])]
   paper_text = (" The paper's BLEU is that of the one table that varies what the cell varies: T1 newstest2014, "
                 "T2 and T3 newstest2013." if _bleu(report) else "")
-  if any(_capped(g) for g in report.groups):
+  if any(g.capped for g in report.groups):
     paper_text += (" A step marked (cap) has runs that reached the cap without meeting their plateau rule: their "
                    "number is not a converged one, and a verdict in which such a cell is the worse may change with "
                    "more training.")

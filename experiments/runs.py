@@ -232,6 +232,11 @@ class Group:
     return [v for _, v in self.points]
 
   @property
+  def capped(self) -> int:
+    """How many of the runs reached their cap without meeting their plateau rule (:func:`capped`)."""
+    return sum(capped(r) for r in self.runs)
+
+  @property
   def stats(self) -> dict[str, float]:
     """:func:`spread` of the values."""
     return spread(self.values)

@@ -34,7 +34,7 @@ DATA = {"translation": {"retrieval": {"test": {"bleu": 13.0, "chrf": 30.0, "vers
 
 def _section(metric, groups, dataset):
   report = types.SimpleNamespace(spec=types.SimpleNamespace(metric=metric), groups=[
-      types.SimpleNamespace(label=k, values=v, config={"dataset": dataset}, runs=[]) for k, v in groups.items()])
+      types.SimpleNamespace(label=k, values=v, config={"dataset": dataset}, capped=0) for k, v in groups.items()])
   return "\n".join(baselines.baselines_section(report))
 
 
