@@ -1,0 +1,99 @@
+"""The per-seed tables of the results READMEs, typed by hand as runs land, are what the committed records say.
+
+Each table is named by its header row; each row names a variant folder of the curves sweep, and each number is
+that folder's run of one seed (in seed order) or, for a shorter-budget column, the committed run of the same
+cell (``experiments.budgets.cell``) and seed at another budget. A number copied wrong, a seed left out, or a
+row for a run that is not committed fails here, naming the row and column.
+"""
+
+import pathlib
+
+from experiments import budgets
+from experiments import runs as runs_lib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "experiments" / "results"
+
+
+def _table(readme: pathlib.Path, header: str) -> list[list[str]]:
+  """The body rows of the Markdown table whose header row starts with ``header``, as lists of cells."""
+  lines = readme.read_text().splitlines()
+  start = next((i for i, line in enumerate(lines) if line.startswith(header)), None)
+  assert start is not None, f"{readme}: no table headed {header!r}"
+  rows = []
+  for line in lines[start + 2:]:
+    if not line.startswith("|"):
+      break
+    rows.append([c.strip() for c in line.strip("|").split("|")])
+  return rows
+
+
+def _runs(committed_workdirs, folder: pathlib.Path) -> list[runs_lib.RunRecord]:
+  """The committed runs under ``folder``, in seed order."""
+  found = [str(w) for w in committed_workdirs if folder in w.parents]
+  return sorted(runs_lib.load_runs(found), key=lambda r: r.seed)
+
+
+def _shorter(committed_workdirs, run: runs_lib.RunRecord, sweeps: list[str]) -> runs_lib.RunRecord:
+  """The committed run of ``run``'s cell and seed in the shorter-budget ``sweeps`` folders (exactly one)."""
+  pool = runs_lib.load_runs([str(w) for w in committed_workdirs if any(RESULTS / s in w.parents for s in sweeps)])
+  twins = [r for r in pool if budgets.cell(r.config) == budgets.cell(run.config) and r.seed == run.seed]
+  assert len(twins) == 1, (run.workdir, [t.workdir for t in twins])
+  return twins[0]
+
+
+def _last(run: runs_lib.RunRecord, metric: str) -> float:
+  found = run.last(metric)
+  assert found is not None, (run.workdir, metric)
+  return found[1]
+
+
+LM_CELLS = {"k = 2": "k=2", "k = 8": "k=8", "k = 16": "k=16", "k = 64": "k=64", "k = 256": "k=256",
+            "RoPE": "rope", "ALiBi": "alibi", "sinusoidal": "sinusoidal"}
+LM_COLUMNS = [("test/perplexity", True), ("test/perplexity", False), ("test_x8/perplexity", True),
+              ("test_x8/perplexity", False)]  # (metric, at the shorter budget), in the table's column order
+
+
+def test_the_lm_curves_table_is_the_committed_runs(committed_workdirs):
+  rows = _table(RESULTS / "lm" / "README.md", "| cell | 1x, 2,000 steps | 1x, 8,000 steps |")
+  cells = [r for r in rows if not r[0].startswith("*")]  # the baseline row is the 6-gram's
+  assert [r[0] for r in cells] == list(LM_CELLS), [r[0] for r in cells]
+  for row in cells:
+    runs = _runs(committed_workdirs, RESULTS / "lm" / "curves" / LM_CELLS[row[0]])
+    assert runs, row[0]
+    # every seed of the cell at 2,000 steps, not only those already trained for 8,000
+    twin = _shorter(committed_workdirs, runs[0], ["lm/clipping", "lm/length"])
+    shorter = _runs(committed_workdirs, pathlib.Path(twin.workdir).parent)
+    for text, (metric, short) in zip(row[1:], LM_COLUMNS):
+      expected = ", ".join(f"{_last(r, metric):.2f}" for r in (shorter if short else runs))
+      assert text == expected, (row[0], metric, "2,000 steps" if short else "8,000 steps", text, expected)
+
+
+TRANSLATION_CELLS = {"Shaw (k = 16)": "shaw", "sinusoidal": "sinusoidal", "RoPE": "rope"}
+
+
+def test_the_translation_curves_table_is_the_committed_runs(committed_workdirs):
+  rows = _table(RESULTS / "translation" / "README.md", "| cell | seed | steps | plateau rule |")
+  cells = [r for r in rows if not r[0].startswith("*")]  # the baseline row is the retrieval's
+  assert cells, "no run in the table"
+  listed = set()
+  for name, seed, steps, rule, validation, test, chrf, short, _ in cells:
+    assert name in TRANSLATION_CELLS, f"{name!r}: add its curves folder to TRANSLATION_CELLS"
+    run = next((r for r in _runs(committed_workdirs, RESULTS / "translation" / "curves" / TRANSLATION_CELLS[name])
+                if str(r.seed) == seed), None)
+    assert run is not None, f"{name} seed {seed} is in the table but not committed"
+    listed.add(run.workdir)
+    assert steps == f"{run.records[-1]['step']:,}", (name, seed, steps)
+    assert rule.startswith("not met by the cap" if runs_lib.capped(run) else "met"), (name, seed, rule)
+    twin = _shorter(committed_workdirs, run, ["translation/table1", "translation/table2", "translation/table3",
+                                              "translation/absolute"])
+    for text, value in [(validation, _last(run, "validation/bleu")), (test, _last(run, "test/bleu")),
+                        (chrf, _last(run, "test/chrf")), (short, _last(twin, "test/bleu"))]:
+      assert text == f"{value:.2f}", (name, seed, text, value)
+  committed = {str(w) for w in committed_workdirs if RESULTS / "translation" / "curves" in w.parents}
+  assert listed == committed, f"committed curve runs missing from the table: {sorted(committed - listed)}"
+
+
+def test_a_table_ends_at_its_first_line_that_is_not_a_row(tmp_path):
+  (tmp_path / "README.md").write_text("intro\n| a | b |\n| --- | --- |\n| 1 | 2 |\nprose\n| other | table |\n")
+  assert _table(tmp_path / "README.md", "| a |") == [["1", "2"]]
