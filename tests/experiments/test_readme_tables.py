@@ -1,11 +1,13 @@
 """The per-seed tables of the results READMEs, typed by hand as runs land, are what the committed records say.
 
 Each table is named by its header row; each row names a variant folder of the curves sweep, and each number is
-that folder's run of one seed (in seed order) or, for a shorter-budget column, the committed run of the same
-cell (``experiments.budgets.cell``) and seed at another budget. A number copied wrong, a seed left out, or a
-row for a run that is not committed fails here, naming the row and column.
+that folder's run of one seed (in seed order), or, for a shorter-budget column, the committed run of the same
+cell (``experiments.budgets.cell``) and seed at another budget; the baseline row is ``baselines.json``'s. A
+number copied wrong, a seed left out, or a row for a run that is not committed fails here, naming the row and
+column.
 """
 
+import json
 import pathlib
 
 from experiments import budgets
@@ -13,6 +15,7 @@ from experiments import runs as runs_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
+BASELINES = json.loads((RESULTS / "baselines" / "baselines.json").read_text())
 
 
 def _table(readme: pathlib.Path, header: str) -> list[list[str]]:
@@ -56,8 +59,12 @@ LM_COLUMNS = [("test/perplexity", True), ("test/perplexity", False), ("test_x8/p
 
 def test_the_lm_curves_table_is_the_committed_runs(committed_workdirs):
   rows = _table(RESULTS / "lm" / "README.md", "| cell | 1x, 2,000 steps | 1x, 8,000 steps |")
-  cells = [r for r in rows if not r[0].startswith("*")]  # the baseline row is the 6-gram's
+  cells = [r for r in rows if not r[0].startswith("*")]
   assert [r[0] for r in cells] == list(LM_CELLS), [r[0] for r in cells]
+  order = BASELINES["lm"]["chosen_order"]
+  ngram = BASELINES["lm"]["orders"][order]["splits"]
+  expected = [f"*Kneser-Ney {order}-gram*"] + [f"{ngram[m.split('/')[0]]['perplexity']:.2f}" for m, _ in LM_COLUMNS]
+  assert [r for r in rows if r[0].startswith("*")] == [expected]  # one baseline row: the same at both budgets
   for row in cells:
     runs = _runs(committed_workdirs, RESULTS / "lm" / "curves" / LM_CELLS[row[0]])
     assert runs, row[0]
@@ -74,8 +81,12 @@ TRANSLATION_CELLS = {"Shaw (k = 16)": "shaw", "sinusoidal": "sinusoidal", "RoPE"
 
 def test_the_translation_curves_table_is_the_committed_runs(committed_workdirs):
   rows = _table(RESULTS / "translation" / "README.md", "| cell | seed | steps | plateau rule |")
-  cells = [r for r in rows if not r[0].startswith("*")]  # the baseline row is the retrieval's
+  cells = [r for r in rows if not r[0].startswith("*")]
   assert cells, "no run in the table"
+  retrieval = BASELINES["translation"]["retrieval"]
+  assert [r for r in rows if r[0].startswith("*")] == [[
+      "*retrieval baseline*", "-", "-", "-", f"{retrieval['validation']['bleu']:.2f}",
+      f"{retrieval['test']['bleu']:.2f}", f"{retrieval['test']['chrf']:.2f}", "-", "-"]]
   listed = set()
   for name, seed, steps, rule, validation, test, chrf, short, _ in cells:
     assert name in TRANSLATION_CELLS, f"{name!r}: add its curves folder to TRANSLATION_CELLS"
