@@ -190,20 +190,23 @@ def train_and_evaluate(config, workdir: str, allow_config_change=(), restore_unv
   with stop.handle_signals(), (workdir_lib.lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()):
     run = _prepare(config, workdir, allow_config_change, restore_unverified, trust_checkpoints)
     first = int(run.state.step)
-    # This process's span, committed with the records (experiments.compute): after each save, and at its end.
+    # This process's span, committed with the records (experiments.compute): after each save, and at its end,
+    # up to the newest step it saved or recorded (a stop by signal saves a step that may have no record).
+    reached = [first]
     span = lambda last, running: (workdir_lib.record_process(workdir, t0, (first, last), running, environment)
                                   if jax.process_index() == 0 else None)
+    on_save = lambda step: (reached.append(step), span(step, True))
     writer = writers.create(workdir, jax.process_index(), config.get("tensorboard", True))
     # The run's hyper-parameters for TensorBoard's HParams dashboard, beside the metrics it writes.
     writer.write_hparams(writers.hparams(config.to_dict()))
     try:
-      return _loop(run, writer, on_save=lambda step: span(step, True))
+      return _loop(run, writer, on_save=on_save)
     finally:
       try:
         run.ckpt.close()  # waits for an asynchronous save in flight (also when stopping on an error)
       finally:
         writer.close()
-        span(max([first] + [r["step"] for r in run.records]), False)
+        span(max(reached + [r["step"] for r in run.records]), False)
 
 
 def _write(run: _Run, writer, step: int, scalars: dict) -> None:

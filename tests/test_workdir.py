@@ -173,6 +173,23 @@ def test_each_process_appends_its_span_and_steps_to_processes_jsonl(tmp_path):
   assert not any("running" in p for p in spans)
 
 
+def test_a_process_stopped_by_a_signal_between_records_spans_up_to_the_step_it_saved(tmp_path, monkeypatch):
+  # SIGTERM while fetching step 2's batch: step 3 is saved and the process stops, its last record at step 2
+  # (log_every_steps=2): the span ends where the checkpoint is, and the next process starts there.
+  from rpr import data
+  from tests.test_train import _SigtermAt
+
+  with monkeypatch.context() as m:
+    m.setitem(data.REGISTRY, "copy", data.Entry(lambda c: _SigtermAt(c, step=2)))
+    out = train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+  assert out["stopped_by_signal"] == 1.0 and out["step"] == 3
+  assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [2]
+  train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+  spans = read_jsonl(tmp_path / workdir.PROCESSES)
+  assert [(p["from_step"], p["to_step"]) for p in spans] == [(0, 3), (3, 8)]
+  assert not any("running" in p for p in spans)
+
+
 def test_after_each_save_the_process_rewrites_its_own_span_so_a_kill_leaves_it_up_to_that_save(tmp_path, monkeypatch):
   train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=4)), str(tmp_path))  # an earlier process
   seen, real = [], checkpoint.Checkpoints.save
