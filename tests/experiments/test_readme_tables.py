@@ -37,9 +37,13 @@ def _runs(committed_workdirs, folder: pathlib.Path) -> list[runs_lib.RunRecord]:
   return sorted(runs_lib.load_runs(found), key=lambda r: r.seed)
 
 
-def _shorter(committed_workdirs, run: runs_lib.RunRecord, sweeps: list[str]) -> runs_lib.RunRecord:
-  """The committed run of ``run``'s cell and seed in the shorter-budget ``sweeps`` folders (exactly one)."""
-  pool = runs_lib.load_runs([str(w) for w in committed_workdirs if any(RESULTS / s in w.parents for s in sweeps)])
+def _pool(committed_workdirs, sweeps: list[str]) -> list[runs_lib.RunRecord]:
+  """The committed runs of the shorter-budget ``sweeps`` folders, loaded once per table."""
+  return runs_lib.load_runs([str(w) for w in committed_workdirs if any(RESULTS / s in w.parents for s in sweeps)])
+
+
+def _shorter(pool: list[runs_lib.RunRecord], run: runs_lib.RunRecord) -> runs_lib.RunRecord:
+  """The run of ``pool`` with ``run``'s cell and seed (exactly one)."""
   twins = [r for r in pool if budgets.cell(r.config) == budgets.cell(run.config) and r.seed == run.seed]
   assert len(twins) == 1, (run.workdir, [t.workdir for t in twins])
   return twins[0]
@@ -65,11 +69,12 @@ def test_the_lm_curves_table_is_the_committed_runs(committed_workdirs):
   ngram = BASELINES["lm"]["orders"][order]["splits"]
   expected = [f"*Kneser-Ney {order}-gram*"] + [f"{ngram[m.split('/')[0]]['perplexity']:.2f}" for m, _ in LM_COLUMNS]
   assert [r for r in rows if r[0].startswith("*")] == [expected]  # one baseline row: the same at both budgets
+  pool = _pool(committed_workdirs, ["lm/clipping", "lm/length"])
   for row in cells:
     runs = _runs(committed_workdirs, RESULTS / "lm" / "curves" / LM_CELLS[row[0]])
     assert runs, row[0]
     # every seed of the cell at 2,000 steps, not only those already trained for 8,000
-    twin = _shorter(committed_workdirs, runs[0], ["lm/clipping", "lm/length"])
+    twin = _shorter(pool, runs[0])
     shorter = _runs(committed_workdirs, pathlib.Path(twin.workdir).parent)
     for text, (metric, short) in zip(row[1:], LM_COLUMNS):
       expected = ", ".join(f"{_last(r, metric):.2f}" for r in (shorter if short else runs))
@@ -87,6 +92,8 @@ def test_the_translation_curves_table_is_the_committed_runs(committed_workdirs):
   assert [r for r in rows if r[0].startswith("*")] == [[
       "*retrieval baseline*", "-", "-", "-", f"{retrieval['validation']['bleu']:.2f}",
       f"{retrieval['test']['bleu']:.2f}", f"{retrieval['test']['chrf']:.2f}", "-", "-"]]
+  pool = _pool(committed_workdirs, ["translation/table1", "translation/table2", "translation/table3",
+                                    "translation/absolute"])
   listed = set()
   for name, seed, steps, rule, validation, test, chrf, short, _ in cells:
     assert name in TRANSLATION_CELLS, f"{name!r}: add its curves folder to TRANSLATION_CELLS"
@@ -96,8 +103,7 @@ def test_the_translation_curves_table_is_the_committed_runs(committed_workdirs):
     listed.add(run.workdir)
     assert steps == f"{run.records[-1]['step']:,}", (name, seed, steps)
     assert rule.startswith("not met by the cap" if runs_lib.capped(run) else "met"), (name, seed, rule)
-    twin = _shorter(committed_workdirs, run, ["translation/table1", "translation/table2", "translation/table3",
-                                              "translation/absolute"])
+    twin = _shorter(pool, run)
     for text, value in [(validation, _last(run, "validation/bleu")), (test, _last(run, "test/bleu")),
                         (chrf, _last(run, "test/chrf")), (short, _last(twin, "test/bleu"))]:
       assert text == f"{value:.2f}", (name, seed, text, value)
