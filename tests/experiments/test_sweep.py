@@ -129,7 +129,7 @@ def test_print_marks_the_finished_runs_and_says_where_each_run_in_progress_stand
   # rate of the run in progress (0.5 steps/s), not the finished run's.
   left = 3 * steps - 4
   assert lines[-2] == (f"# {left:,} steps left: {left / 0.5 / 3600:.1f} hours of one process at 0.50 steps/s, the "
-                       "median rate logged by its runs in progress (evaluations included; divide by the processes "
+                       "median step rate of its runs in progress (evaluations included; divide by the processes "
                        "run side by side)")
   assert lines[-1].startswith("# report: python -m experiments.report")
 
@@ -315,6 +315,15 @@ def test_a_worker_is_pinned_to_one_core_before_jax_starts():
 def test_time_left_uses_the_finished_runs_rate_when_none_is_in_progress_and_says_a_plateau_may_stop_sooner():
   text = sweep_lib._time_left(36_000, {False: [], True: [1.0, 2.0, 9.0]}, True)  # pylint: disable=protected-access
   assert text == ("36,000 steps left at most (a plateau rule may stop a run sooner): 5.0 hours of one process at "
-                  "2.00 steps/s, the median rate logged by its finished runs (evaluations included; divide by the "
+                  "2.00 steps/s, the median step rate of its finished runs (evaluations included; divide by the "
                   "processes run side by side)")
   assert sweep_lib._time_left(0, {False: [], True: []}, True) == "0 steps left"  # pylint: disable=protected-access
+
+
+def test_a_runs_step_rate_counts_its_evaluations_where_the_median_interval_would_not():
+  # Four intervals of the same steps; the last held an evaluation and took four times as long.
+  records = [{"step": 100 * i, "train/steps_per_sec": 2.0} for i in (1, 2, 3)] + [
+      {"step": 400, "train/steps_per_sec": 0.5}, {"step": 400, "valid/loss": 1.0}]
+  rate = sweep_lib._run_rate(records)  # pylint: disable=protected-access
+  assert rate == pytest.approx(400 / (3 * 50 + 200))  # the 400 steps over their 350 seconds
+  assert sweep_lib._run_rate([{"step": 1, "valid/loss": 1.0}]) is None  # pylint: disable=protected-access
