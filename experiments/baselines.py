@@ -63,24 +63,39 @@ def nearest_by_tfidf(train_sources: Sequence[str], queries: Sequence[str]) -> np
   return np.argmax(similarity, axis=1)  # the first maximum
 
 
-def translation(data_dir: str, corpus_dir: str) -> dict:
+def scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+  return {"bleu": metrics.bleu(hypotheses, references), "chrf": metrics.chrf(hypotheses, references),
+          "verses": len(references)}
+
+
+def by_book(books: Sequence[str], hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, dict]:
+  """``scores`` of each book's verses, the books in the order they first appear."""
+  return {book: scores([h for b, h in zip(books, hypotheses) if b == book],
+                       [r for b, r in zip(books, references) if b == book]) for book in dict.fromkeys(books)}
+
+
+def translation(data_dir: str, corpus_dir: str) -> tuple[dict, dict]:
   """BLEU and chrF of the retrieval and copy baselines on the validation and test books, and on test_long from
-  the short training verses (raw texts; the pieces that count a verse's length are configs/translation.py's)."""
+  the short training verses (raw texts; the pieces that count a verse's length are configs/translation.py's);
+  then the same on each test book."""
   from configs import translation as translation_config
   from rpr.data import bible
+  from rpr.data import corpus
 
   config = translation_config.get_config(f"short={TRANSLATION_SHORT}")
   config.update(dict(data_dir=data_dir, corpus_dir=corpus_dir))
   short = bible.from_config(config)
-  out = {}
+  out, books = {}, {}
+  test_books = [bible.TEST_BOOKS[r["book"]] for r in corpus.read_split(short.builder, "test")]
   for split, training in (("validation", short.texts["train"]), ("test", short.texts["train"]),
                           ("test_long", short.train_texts())):
     fr, en = short.split_texts(split)
     outputs = {"retrieval": [training[1][i] for i in nearest_by_tfidf(training[0], fr)], "copy": list(fr)}
     for name, hypotheses in outputs.items():
-      out.setdefault(name, {})[split] = {"bleu": metrics.bleu(hypotheses, en), "chrf": metrics.chrf(hypotheses, en),
-                                         "verses": len(en)}
-  return out
+      out.setdefault(name, {})[split] = scores(hypotheses, en)
+      if split == "test":
+        books[name] = by_book(test_books, hypotheses, en)
+  return out, books
 
 
 def documents_of(stream: np.ndarray) -> list[np.ndarray]:
@@ -201,7 +216,11 @@ def write(data: dict, out: str) -> None:
                                   "test_long chrF"), rows, ["---"] + [render.RIGHT] * 5), "",
            f"test_long: the {t['retrieval']['test_long']['verses']:,} test verses of more than {TRANSLATION_SHORT} "
            f"source pieces, retrieved from the training verses of at most {TRANSLATION_SHORT} (`translation_short`).",
-           "",
+           "", "Each test book (BLEU / chrF):", "", render.markdown_table(
+               ("baseline", *(f"{b} ({v['verses']:,})" for b, v in data["translation_by_book"]["retrieval"].items())),
+               [[name, *(f"{v['bleu']:.2f} / {v['chrf']:.2f}" for v in books.values())]
+                for name, books in data["translation_by_book"].items()], ["---"] + [render.RIGHT] * len(
+                    data["translation_by_book"]["retrieval"])), "",
            "## Language model, State of the Union (per-token perplexity, the models' windows)", "",
            f"Interpolated Kneser-Ney counted on {lm_data['train_tokens']:,} training tokens; the order in bold has "
            "the lowest validation perplexity and is the baseline of the LM tables.", "",
@@ -227,7 +246,7 @@ def main(argv) -> None:
   data = {"command": " ".join(["python -m experiments.baselines", shlex.join(sys.argv[1:])]).strip(),
           "date": datetime.datetime.now().isoformat(timespec="seconds")}
   with contextlib.redirect_stdout(sys.stderr):  # TFDS reports generation on stdout
-    data["translation"] = translation(FLAGS.data_dir, FLAGS.corpus_dir)
+    data["translation"], data["translation_by_book"] = translation(FLAGS.data_dir, FLAGS.corpus_dir)
     data["lm"] = language_model(FLAGS.data_dir, FLAGS.corpus_dir, FLAGS.sotu_vocab_size, FLAGS.lm_context)
   write(data, FLAGS.out)
   print(f"wrote {FLAGS.out}/baselines.json and README.md")

@@ -25,6 +25,20 @@ def test_documents_of_a_stream_end_at_each_eos():
   assert [d.tolist() for d in docs] == [[5, 6, e], [7, e], [8, 9, 9, e]]
 
 
+def test_each_book_is_scored_on_its_own_verses_in_the_order_the_books_first_appear():
+  books = ["Luke", "Joshua", "Luke", "Joshua", "Luke"]
+  refs = ["the cat sat on the mat", "a dog ran far away", "the bird sang all day", "rain fell on the hill",
+          "light came in the morning"]
+  hyps = ["the cat sat on the mat", "a dog ran far away", "the bird sang all day", "snow lay on a mountain",
+          "dark went out at night"]
+  scored = baselines.by_book(books, hyps, refs)
+  assert list(scored) == ["Luke", "Joshua"]
+  assert scored["Luke"] == baselines.scores(hyps[0::2], refs[0::2])
+  assert scored["Joshua"] == baselines.scores(hyps[1::2], refs[1::2])
+  assert scored["Luke"]["verses"] == 3 and scored["Joshua"]["verses"] == 2
+  assert scored["Luke"]["bleu"] != scored["Joshua"]["bleu"]  # each book's own verses, not the corpus's
+
+
 DATA = {"translation": {"retrieval": {"test": {"bleu": 13.0, "chrf": 30.0, "verses": 3},
                                       "test_long": {"bleu": 5.0, "chrf": 20.0, "verses": 2}},
                         "copy": {"test": {"bleu": 2.0, "chrf": 20.0, "verses": 3}}},
