@@ -205,6 +205,10 @@ def write(data: dict, out: str) -> None:
   t = data["translation"]
   cells = (("test", "bleu"), ("test", "chrf"), ("validation", "bleu"), ("test_long", "bleu"), ("test_long", "chrf"))
   rows = [[name, *(f"{t[name][split][m]:.2f}" for split, m in cells)] for name in t]
+  books = data["translation_by_book"]
+  book_header = ("baseline", *(f"{book} ({v['verses']:,})" for book, v in books["retrieval"].items()))
+  book_rows = [[name, *(f"{v['bleu']:.2f} / {v['chrf']:.2f}" for v in scored.values())]
+               for name, scored in books.items()]
   lm_data = data["lm"]
   splits = list(next(iter(lm_data["orders"].values()))["splits"])
   lm_rows = [[("**" + o + "**") if o == lm_data["chosen_order"] else o,
@@ -216,11 +220,8 @@ def write(data: dict, out: str) -> None:
                                   "test_long chrF"), rows, ["---"] + [render.RIGHT] * 5), "",
            f"test_long: the {t['retrieval']['test_long']['verses']:,} test verses of more than {TRANSLATION_SHORT} "
            f"source pieces, retrieved from the training verses of at most {TRANSLATION_SHORT} (`translation_short`).",
-           "", "Each test book (BLEU / chrF):", "", render.markdown_table(
-               ("baseline", *(f"{b} ({v['verses']:,})" for b, v in data["translation_by_book"]["retrieval"].items())),
-               [[name, *(f"{v['bleu']:.2f} / {v['chrf']:.2f}" for v in books.values())]
-                for name, books in data["translation_by_book"].items()], ["---"] + [render.RIGHT] * len(
-                    data["translation_by_book"]["retrieval"])), "",
+           "", "Each test book (BLEU / chrF):", "",
+           render.markdown_table(book_header, book_rows, ["---"] + [render.RIGHT] * (len(book_header) - 1)), "",
            "## Language model, State of the Union (per-token perplexity, the models' windows)", "",
            f"Interpolated Kneser-Ney counted on {lm_data['train_tokens']:,} training tokens; the order in bold has "
            "the lowest validation perplexity and is the baseline of the LM tables.", "",

@@ -82,3 +82,22 @@ def test_the_section_holds_each_group_to_each_baseline_with_the_noise_floor(tmp_
   assert "none measured (other)" in text
   assert "Better by more than the floor: none. Not separated: k=2, k=4, k=0." in text
   assert baselines.of_metric("test/exact_match") == {}
+
+
+def test_the_readme_has_a_row_per_baseline_and_a_column_per_test_book(tmp_path):
+  split = {"bleu": 10.0, "chrf": 30.0, "verses": 5}
+  data = {"command": "python -m experiments.baselines", "date": "today",
+          "translation": {name: {s: split for s in ("validation", "test", "test_long")}
+                          for name in ("retrieval", "copy")},
+          "translation_by_book": {"retrieval": {"Luke": {"bleu": 20.2, "chrf": 37.7, "verses": 1151},
+                                                "Proverbs": {"bleu": 2.53, "chrf": 24.2, "verses": 915}},
+                                  "copy": {"Luke": {"bleu": 0.13, "chrf": 17.4, "verses": 1151},
+                                           "Proverbs": {"bleu": 0.05, "chrf": 15.6, "verses": 915}}},
+          "lm": {"chosen_order": "4", "train_tokens": 9,
+                 "orders": {"4": {"splits": {"test": {"perplexity": 32.0, "tokens": 9}}}}}}
+  baselines.write(data, str(tmp_path))
+  readme = (tmp_path / "README.md").read_text()
+  assert "| baseline | Luke (1,151) | Proverbs (915) |" in readme
+  assert "| retrieval | 20.20 / 37.70 | 2.53 / 24.20 |" in readme
+  assert "| copy | 0.13 / 17.40 | 0.05 / 15.60 |" in readme
+  assert json.loads((tmp_path / "baselines.json").read_text()) == data
