@@ -3,7 +3,9 @@ traced to what made it; a run resumed where any of it differs is logged (``rpr.r
 
 from __future__ import annotations
 
+import functools
 import os
+import platform
 import subprocess
 from typing import Optional
 
@@ -28,6 +30,27 @@ def code_version(root: Optional[str] = None) -> Optional[str]:
   return commit + ("+modified" if modified else "")
 
 
+@functools.cache
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+  """The processor's model name and its widest vector extension, e.g. ``"AMD EPYC (avx2)"`` (``/proc/cpuinfo`` on
+  Linux; elsewhere :func:`platform.processor`, else the architecture). XLA:CPU compiles for the processor it runs
+  on, so the same run on another one can take another floating-point order (a resumed run there is logged)."""
+  name, flags = None, set()
+  try:
+    with open(cpuinfo, encoding="utf-8") as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and name is None:
+          name = value.strip()
+        elif key.strip() in ("flags", "Features") and not flags:  # x86, Arm
+          flags = set(value.split())
+  except OSError:
+    pass
+  name = name or platform.processor() or platform.machine()
+  widest = next((x for x in ("avx512f", "avx2", "avx", "sse4_2", "asimd") if x in flags), None)
+  return f"{name} ({widest})" if widest else name
+
+
 def environment() -> dict:
   """What ``config.json`` records of the machine and the code beside the config; a resumed run may differ in it
   (logged)."""
@@ -35,5 +58,6 @@ def environment() -> dict:
   # threading can change reduction orders: a result reproduces bit for bit with the same flags and cores.
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
   return {"num_devices": jax.device_count(), "num_processes": jax.process_count(),
-          "xla_flags": os.environ.get("XLA_FLAGS", ""), "cpu_cores": cores, "jax_version": jax.__version__,
+          "xla_flags": os.environ.get("XLA_FLAGS", ""), "cpu_cores": cores, "cpu": cpu_model(),
+          "jax_version": jax.__version__,
           "code_version": code_version()}

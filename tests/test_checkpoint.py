@@ -272,6 +272,8 @@ def test_allowed_changes_and_a_changed_environment_resume(runs, tmp_path, caplog
   record["xla_flags"] = "--xla_cpu_some_flag"  # a record of the machine, not config: logged, not refused
   assert record["cpu_cores"] == len(os.sched_getaffinity(0))  # the cores XLA's thread pool may use
   record["cpu_cores"] += 7
+  assert record["cpu"] == provenance.cpu_model()  # XLA:CPU compiles for it
+  record["cpu"] = "Another CPU (avx512f)"
   assert record["code_version"] == provenance.code_version()  # the commit this code runs from
   record["code_version"] = "0" * 40
   (workdir / "config.json").write_text(json.dumps(record))
@@ -285,6 +287,7 @@ def test_allowed_changes_and_a_changed_environment_resume(runs, tmp_path, caplog
   assert any(f"xla_flags {now!r}, recorded '--xla_cpu_some_flag'" in m for m in messages), messages
   cores = len(os.sched_getaffinity(0))
   assert any(f"cpu_cores {cores!r}, recorded {cores + 7!r}" in m for m in messages), messages
+  assert any(f"cpu {provenance.cpu_model()!r}, recorded 'Another CPU (avx512f)'" in m for m in messages), messages
   assert any(f"code_version {provenance.code_version()!r}, recorded '{'0' * 40}'" in m for m in messages), messages
   assert json.loads((workdir / "config.json").read_text())["config"]["learning_rate"] == 0.02
 

@@ -23,3 +23,18 @@ def test_the_code_version_is_the_checkouts_commit_and_says_when_the_code_differs
   (tmp_path / "rpr" / "model.py").write_text("x = 2\n")
   assert provenance.code_version(str(tmp_path)) == commit + "+modified"
   assert provenance.code_version(str(tmp_path / "rpr")) is None  # inside a checkout, not its top
+
+
+def test_the_cpu_is_named_with_its_widest_vector_extension(tmp_path):
+  intel = tmp_path / "intel"
+  intel.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse4_2 avx avx2 "
+                   "avx512f\n\nprocessor\t: 1\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu\n")
+  assert provenance.cpu_model(str(intel)) == "Intel(R) Xeon(R) Processor (avx512f)"  # the first processor's
+  amd = tmp_path / "amd"
+  amd.write_text("model name\t: AMD EPYC\nflags\t\t: fpu sse4_2 avx avx2\n")
+  assert provenance.cpu_model(str(amd)) == "AMD EPYC (avx2)"
+  arm = tmp_path / "arm"  # no model name: the platform's
+  arm.write_text("processor\t: 0\nFeatures\t: fp asimd evtstrm\nCPU implementer\t: 0x41\n")
+  assert provenance.cpu_model(str(arm)).endswith(" (asimd)")
+  assert provenance.cpu_model(str(tmp_path / "absent")) != ""  # no cpuinfo: the platform's name, never empty
+  assert provenance.environment()["cpu"] == provenance.cpu_model()
