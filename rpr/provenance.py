@@ -59,5 +59,4 @@ def environment() -> dict:
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
   return {"num_devices": jax.device_count(), "num_processes": jax.process_count(),
           "xla_flags": os.environ.get("XLA_FLAGS", ""), "cpu_cores": cores, "cpu": cpu_model(),
-          "jax_version": jax.__version__,
-          "code_version": code_version()}
+          "jax_version": jax.__version__, "code_version": code_version()}
