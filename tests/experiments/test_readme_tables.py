@@ -9,9 +9,11 @@ column.
 
 import json
 import pathlib
+import re
 
 from experiments import budgets
 from experiments import runs as runs_lib
+from rpr import plateau
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
@@ -81,6 +83,15 @@ def test_the_lm_curves_table_is_the_committed_runs(committed_workdirs):
       assert text == expected, (row[0], metric, "2,000 steps" if short else "8,000 steps", text, expected)
 
 
+def _gain(run: runs_lib.RunRecord) -> float:
+  """What the run's plateau rule measured at its last evaluation (rpr.plateau)."""
+  c = run.config
+  rule = plateau.Rule(c["plateau_metric"], c["plateau_min_steps"], c["plateau_window"], c["plateau_min_gain"],
+                      c["plateau_smoothing"])
+  curve = plateau.curve(run.records, rule.metric)
+  return rule.gain(curve, max(step for step, _ in curve))
+
+
 TRANSLATION_CELLS = {"Shaw (k = 16)": "shaw", "sinusoidal": "sinusoidal", "RoPE": "rope"}
 
 
@@ -103,6 +114,9 @@ def test_the_translation_curves_table_is_the_committed_runs(committed_workdirs):
     listed.add(run.workdir)
     assert steps == f"{run.records[-1]['step']:,}", (name, seed, steps)
     assert rule.startswith("not met by the cap" if runs_lib.capped(run) else "met"), (name, seed, rule)
+    # the gain is the run's own rule's, at its last evaluation (RoPE seed 0's was typed as +0.81; it is +0.42)
+    gain = _gain(run)
+    assert re.search(r": ([+-]\d+\.\d\d)\b", rule).group(1) == f"{gain:+.2f}", (name, seed, rule, gain)
     twin = _shorter(pool, run)
     for text, value in [(validation, _last(run, "validation/bleu")), (test, _last(run, "test/bleu")),
                         (chrf, _last(run, "test/chrf")), (short, _last(twin, "test/bleu"))]:
