@@ -50,6 +50,22 @@ def test_a_longer_budget_cell_is_retrained_against_its_own_twin_and_counts_in_th
   assert row in table
 
 
+def test_runs_their_plateau_rule_stopped_before_the_cap_are_finished(results, tmp_path):
+  # The committed curve run stopped by its rule at 300 of 400 steps, its retraining at 250: both count (a run was
+  # counted only at num_train_steps, so the Shaw curve cell's seed 0 fell out of its own row).
+  def stopped(path, ppl, step):
+    (path / "metrics.jsonl").write_text(json.dumps({"step": step, "plateau/reached": 1.0,
+                                                    **{m: ppl + i for i, m in enumerate(PPL)}}) + "\n")
+
+  stopped(results / "lm" / "curves" / "k=16" / "seed0", 30.0, 300)  # the fixture's 400-step run
+  retrained = _lm_run(results / "noise" / "lm_k16_long" / "devices2" / "seed0", 0, 30.5, devices=2,
+                      num_train_steps=400)
+  stopped(retrained, 30.5, 250)
+  noise.write(str(tmp_path / "out"), str(results / "noise"), str(results))
+  row = "| lm_k16_long | 400 | test/perplexity | 30.00 | - | - | 30.50 | - | **0.50** | 30.00 (1 seed: no range yet) |"
+  assert row in (tmp_path / "out" / "floor.md").read_text()
+
+
 def test_the_floor_is_the_largest_spread_between_a_committed_run_and_its_retrainings(results, tmp_path):
   floor = noise.write(str(tmp_path / "out"), str(results / "noise"), str(results))
   assert floor == {"sotu": {m: pytest.approx(0.25) for m in PPL}}
