@@ -11,6 +11,8 @@ import json
 import pathlib
 import re
 
+import ml_collections
+
 from experiments import budgets
 from experiments import runs as runs_lib
 from rpr import plateau
@@ -85,9 +87,8 @@ def test_the_lm_curves_table_is_the_committed_runs(committed_workdirs):
 
 def _gain(run: runs_lib.RunRecord) -> float:
   """What the run's plateau rule measured at its last evaluation (rpr.plateau)."""
-  c = run.config
-  rule = plateau.Rule(c["plateau_metric"], c["plateau_min_steps"], c["plateau_window"], c["plateau_min_gain"],
-                      c["plateau_smoothing"])
+  keys = {k: v for k, v in run.config.items() if k.startswith("plateau_")}  # run.config is flat: model.* too
+  rule = plateau.Rule.from_config(ml_collections.ConfigDict(keys))
   curve = plateau.curve(run.records, rule.metric)
   return rule.gain(curve, max(step for step, _ in curve))
 
