@@ -20,6 +20,7 @@ from experiments import baselines
 from experiments import columns
 from experiments import render
 from experiments import runs as runs_lib
+from rpr import records as records_lib
 
 
 def series(run: runs_lib.RunRecord, metric: str) -> tuple[list[int], list[float]]:
@@ -54,9 +55,9 @@ def plot(path: str, groups: Sequence[tuple[str, list[runs_lib.RunRecord]]], metr
 
 
 def _plateau(run: runs_lib.RunRecord) -> str:
-  reached = [r["step"] for r in run.records if r.get("plateau/reached")]
-  if reached:
-    return f"stopped at {int(reached[0]):,}"
+  reached = records_lib.plateau_step(run.records)
+  if reached is not None:
+    return f"stopped at {reached:,}"
   if not run.config.get("plateau_metric"):
     return "-"
   return f"no plateau by {run.config['num_train_steps']:,} (the cap)" if runs_lib.capped(run) else "training"

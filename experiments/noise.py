@@ -106,8 +106,7 @@ def _final(run: runs_lib.RunRecord, metric: str) -> Optional[float]:
   """The metric at the run's last training step (``num_train_steps``, or the step where its plateau rule stopped
   it), or None if the run has not got there."""
   last = run.last(metric)
-  ends = {run.config.get("num_train_steps")} | {r["step"] for r in run.records if r.get("plateau/reached")}
-  return last[1] if last and last[0] in ends else None
+  return last[1] if last and last[0] == run.end() else None
 
 
 def measure(found: Sequence[dict]) -> tuple[list[dict], dict]:

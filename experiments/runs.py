@@ -44,6 +44,13 @@ class RunRecord:
   def seed(self) -> Any:
     return self.config.get("seed")
 
+  def end(self) -> Optional[int]:
+    """The run's last step (:func:`rpr.records.end_step`): where its plateau rule stopped it, else
+    ``num_train_steps`` (None if the config has neither)."""
+    stopped = records_lib.plateau_step(self.records)
+    cap = self.config.get("num_train_steps")
+    return stopped if cap is None else records_lib.end_step(self.records, cap)
+
   def last(self, metric: str) -> Optional[tuple[int, float]]:
     """(step, value) of the last record holding ``metric`` as a number; None if none does."""
     for r in reversed(self.records):
@@ -209,7 +216,7 @@ def capped(run: RunRecord) -> bool:
   """Whether ``run`` has a plateau rule and reached its cap (``num_train_steps``) without the rule stopping it: it
   had not stopped improving, so its last number is not a converged one."""
   cap = run.config.get("num_train_steps")
-  return (bool(run.config.get("plateau_metric")) and not any(r.get("plateau/reached") for r in run.records)
+  return (bool(run.config.get("plateau_metric")) and records_lib.plateau_step(run.records) is None
           and cap is not None and any(r["step"] >= cap for r in run.records))
 
 

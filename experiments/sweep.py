@@ -41,6 +41,7 @@ from absl import flags
 from absl import logging
 
 from experiments import sweeps
+from rpr import records as records_lib
 from rpr import workdir as workdir_lib
 
 FLAGS = flags.FLAGS
@@ -172,8 +173,7 @@ def finished(workdir: str, config) -> bool:
   from rpr import run_config
 
   splits = run_config.evaluated_splits(config)
-  stopped = [r["step"] for r in records if "plateau/reached" in r]
-  end = min([config.num_train_steps, *stopped])
+  end = records_lib.end_step(records, config.num_train_steps)
   last = {}
   for r in records:
     if r["step"] >= end:

@@ -35,10 +35,21 @@ def _parse(path: str) -> tuple[list[dict], int]:
   return records, len(lines)
 
 
+def plateau_step(records: list[dict]) -> int | None:
+  """The step where a plateau rule stopped the run (the record holding ``plateau/reached``), or None."""
+  return next((int(r["step"]) for r in records if "plateau/reached" in r), None)
+
+
+def end_step(records: list[dict], num_train_steps: int) -> int:
+  """The run's last step: where its plateau rule stopped it, else ``num_train_steps``."""
+  stopped = plateau_step(records)
+  return num_train_steps if stopped is None else min(stopped, num_train_steps)
+
+
 def last_step(path: str) -> tuple[int, bool]:
   """The last step ``path`` records (0 for none) and whether a plateau rule stopped the run there."""
   records, _ = _parse(path)
-  return max((r["step"] for r in records), default=0), any("plateau/reached" in r for r in records)
+  return max((r["step"] for r in records), default=0), plateau_step(records) is not None
 
 
 def rewind_jsonl(path: str, step: int) -> tuple[list[dict], int]:

@@ -39,6 +39,15 @@ def test_last_step_and_set_aside_keep_every_earlier_file(tmp_path, monkeypatch):
   assert [json.loads(open(n).readline())["x"] for n in names] == [0, 1, 2]
 
 
+def test_a_run_ends_where_its_plateau_rule_stopped_it_else_at_num_train_steps():
+  # The one definition the sweeps (is a workdir finished?), the noise floor and the reports share.
+  capped = [{"step": 10, "x": 1.0}, {"step": 20, "x": 2.0}]
+  stopped = [*capped, {"step": 20, "plateau/reached": 1.0}]
+  assert records.plateau_step(capped) is None and records.end_step(capped, 30) == 30
+  assert records.plateau_step(stopped) == 20 and records.end_step(stopped, 30) == 20
+  assert records.end_step(stopped, 15) == 15  # the cap lowered since: the cap
+
+
 def test_dedupe_keeps_the_later_run_of_a_restart():
   first = [{"step": 2, "loss": 3.0}, {"step": 4, "loss": 2.5}, {"step": 4, "valid/loss": 2.6},
            {"step": 6, "loss": 2.0}]
