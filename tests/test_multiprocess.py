@@ -29,7 +29,8 @@ from tests.test_train import ROOT, _env, load_state, timeless_records
 
 TINY = ["--config=configs/tiny.py", "--config.eval_every_steps=12", "--config.checkpoint_every_steps=4",
         "--config.log_every_steps=4", "--config.keep_checkpoints=3", "--config.model.dropout_rate=0.1",
-        "--config.tensorboard=False"]  # TensorBoard events (process 0 only) would add TensorFlow's 6 s of import
+        "--config.tensorboard=False",  # TensorBoard events (process 0 only) would add TensorFlow's 6 s of import
+        "--config.eval_splits=('valid',)"]  # one split: the long one's decoder adds about 1 s to each process
 
 
 def _port() -> int:
