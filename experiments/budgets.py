@@ -59,9 +59,10 @@ def _spread(values: Sequence[float], digits: int) -> str:
                                                        f"{s['max']:.{digits}f}]"
 
 
-def shorter_values(report: columns.Report, shorter: Sequence[runs_lib.RunRecord]) -> list[list[tuple[int, float]]]:
-  """Per group, (step, value) of the report's metric in each of the ``shorter`` runs of its cell."""
-  metric = report.spec.metric
+def shorter_values(report: columns.Report, shorter: Sequence[runs_lib.RunRecord],
+                   metric: Optional[str] = None) -> list[list[tuple[int, float]]]:
+  """Per group, (step, value) of ``metric`` (default the report's) in each of the ``shorter`` runs of its cell."""
+  metric = metric or report.spec.metric
   return [[p for r in shorter if cell(r.config) == cell(g.config) and (p := r.last(metric)) is not None]
           for g in report.groups]
 
@@ -92,8 +93,8 @@ def retrace_rows(report: columns.Report, shorter: Sequence[runs_lib.RunRecord]) 
   return out
 
 
-def _floor(report: columns.Report, group: runs_lib.Group) -> Optional[float]:
-  found = noise.floor_of(group.config.get("dataset"), report.spec.metric)
+def _floor(report: columns.Report, group: runs_lib.Group, metric: Optional[str] = None) -> Optional[float]:
+  found = noise.floor_of(group.config.get("dataset"), metric or report.spec.metric)
   return None if found is None else found[0]
 
 
@@ -117,23 +118,32 @@ def rows(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) -
   return out
 
 
-def pairs(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) -> list[str]:
-  """Every pair of groups that both have shorter runs, judged at both budgets: which verdicts held, which
-  changed (:func:`separation` of the first against the second, with the data set's floor). A pair with one seed
-  in a cell at either budget is counted, not judged."""
-  lower = baselines.lower_is_better(report.spec.metric)
-  judged = [(g, [v for _, v in p]) for g, p in zip(report.groups, short) if p]
+def _values(report: columns.Report, group: runs_lib.Group, metric: str) -> list[float]:
+  """The group's values of ``metric``: its points for the report's metric, else each run's last value of it."""
+  if metric == report.spec.metric:
+    return group.values
+  return [p[1] for r in group.runs if (p := r.last(metric)) is not None]
+
+
+def pairs(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]],
+          metric: Optional[str] = None) -> list[str]:
+  """Every pair of groups that both have shorter runs, judged on ``metric`` (default the report's) at both
+  budgets: which verdicts held, which changed (:func:`separation` of the first against the second, with the data
+  set's floor of ``metric``). A pair with one seed in a cell at either budget is counted, not judged."""
+  metric = metric or report.spec.metric
+  lower = baselines.lower_is_better(metric)
+  judged = [(g, _values(report, g, metric), [v for _, v in p]) for g, p in zip(report.groups, short) if p]
   held, changed, unjudged = [], [], 0
-  for i, (a, a_short) in enumerate(judged):
-    for b, b_short in judged[i + 1:]:
-      floor = _floor(report, a)
-      before, after = separation(a_short, b_short, floor, lower), separation(a.values, b.values, floor, lower)
+  for i, (a, a_now, a_short) in enumerate(judged):
+    for b, b_now, b_short in judged[i + 1:]:
+      floor = _floor(report, a, metric)
+      before, after = separation(a_short, b_short, floor, lower), separation(a_now, b_now, floor, lower)
       if NOT_JUDGED in (before, after):
         unjudged += 1
         continue
       (held if before.split(" by ")[0] == after.split(" by ")[0] else changed).append(
           f"{a.label} against {b.label}: {before} at the shorter budget, {after} at this one "
-          f"({len(a.values)} and {len(b.values)} runs{_capped_note(a, b)})")
+          f"({len(a_now)} and {len(b_now)} runs{_capped_note(a, b)})")
   if not held and not changed and not unjudged:
     return []
   skipped = (f" {unjudged} pair{'s are' if unjudged != 1 else ' is'} not judged: one of their cells has a single "
@@ -141,6 +151,17 @@ def pairs(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) 
   verdicts = f"{len(held)} verdict{'s' * (len(held) != 1)} held, {len(changed)} changed"
   return [f"Each pair of cells at both budgets ({verdicts}).{skipped}", "",
           *(f"- changed: {line}" for line in changed), *(f"- held: {line}" for line in held), ""]
+
+
+def _judged(report: columns.Report, shorter: Sequence[runs_lib.RunRecord]) -> list[str]:
+  """The pairs once more on each of the report's ``judge`` metrics, each held to its own floor."""
+  out = []
+  for metric in report.spec.judge:
+    floor_text = noise.floors_text([g.config.get("dataset") for g in report.groups], metric)
+    found = pairs(report, shorter_values(report, shorter, metric), metric)
+    out += [f"On {metric} (each run's last value), held to its own noise floor: {floor_text}.", "",
+            *(found or ["No pair of cells has runs with it at both budgets.", ""])]
+  return out
 
 
 def _capped_note(*groups: runs_lib.Group) -> str:
@@ -152,7 +173,7 @@ def _bleu(report: columns.Report) -> bool:
   return report.spec.metric.endswith("/bleu")
 
 
-@columns.section("budgets", order=4, shown=lambda report: bool(report.spec.shorter), reads=("shorter",))
+@columns.section("budgets", order=4, shown=lambda report: bool(report.spec.shorter), reads=("shorter", "judge"))
 def budgets_section(report: columns.Report) -> list[str]:
   """Each group beside its cell at the shorter budget, and whether the change is above the noise floor."""
   metric, shorter = report.spec.metric, runs_lib.load_runs(report.spec.shorter)
@@ -170,7 +191,7 @@ def budgets_section(report: columns.Report) -> list[str]:
           f"mean [min, max] over seeds). A change counts only when the two ranges are apart by more than the "
           f"noise floor of {metric}: {floor_text}.{paper_text}", "",
           render.markdown_table(header, rows(report, short), ["---"] + [render.RIGHT] * (len(header) - 1)), "",
-          *pairs(report, short), *_retrace(report, shorter)]
+          *pairs(report, short), *_judged(report, shorter), *_retrace(report, shorter)]
 
 
 def _retrace(report: columns.Report, shorter: Sequence[runs_lib.RunRecord]) -> list[str]:

@@ -41,7 +41,7 @@ FLOOR_FILE = os.path.join(NOISE, "floor.json")
 ORDERS = ("same", "repeat", "devices2", "cores1")
 DEVICES = {"devices2": 2}  # the device count of each order's runs (1 for the others)
 LAUNCH = {"cores1": "taskset -c 0 "}  # what an order's launch line must hold
-METRICS = {"bible_fr_en": ("test/bleu",),
+METRICS = {"bible_fr_en": ("test/bleu", "test/loss"),
            "sotu": ("test/perplexity", "test_x2/perplexity", "test_x4/perplexity", "test_x8/perplexity")}
 
 
@@ -129,21 +129,26 @@ def measure(found: Sequence[dict]) -> tuple[list[dict], dict]:
   return rows, floor
 
 
+def digits(metric: str) -> int:
+  """Decimals to print ``metric`` and its floor with: 3 for a loss (floors of a few hundredths), else 2."""
+  return 3 if metric.endswith("/loss") else 2
+
+
 def table(rows: Sequence[dict]) -> str:
   header = ["cell", "steps", "metric", "committed (seed 0)", *ORDERS, "spread", "seed range (width)"]
   body = []
   for r in rows:
-    v = r["values"]
-    cells = [render.fmt(v.get(o), 2) for o in ORDERS]
+    v, d = r["values"], digits(r["metric"])
+    cells = [render.fmt(v.get(o), d) for o in ORDERS]
     lo_hi = r["seeds"]
     if lo_hi is None:
       seeds = "-"
     elif r["n_seeds"] == 1:
-      seeds = f"{lo_hi[0]:.2f} (1 seed: no range yet)"
+      seeds = f"{lo_hi[0]:.{d}f} (1 seed: no range yet)"
     else:
-      seeds = f"{lo_hi[0]:.2f}-{lo_hi[1]:.2f} ({lo_hi[1] - lo_hi[0]:.2f}, {r['n_seeds']} seeds)"
-    body.append([r["cell"], f"{r['steps']:,}", r["metric"], render.fmt(v["committed"], 2), *cells,
-                 "-" if r["spread"] is None else f"**{r['spread']:.2f}**", seeds])
+      seeds = f"{lo_hi[0]:.{d}f}-{lo_hi[1]:.{d}f} ({lo_hi[1] - lo_hi[0]:.{d}f}, {r['n_seeds']} seeds)"
+    body.append([r["cell"], f"{r['steps']:,}", r["metric"], render.fmt(v["committed"], d), *cells,
+                 "-" if r["spread"] is None else f"**{r['spread']:.{d}f}**", seeds])
   return render.markdown_table(header, body, ["---", render.RIGHT, "---"] + [render.RIGHT] * (len(header) - 3))
 
 
@@ -155,7 +160,7 @@ def write(out: str, noise: str = NOISE, root: str = RESULTS, command: str = "pyt
            "under other floating-point orders (- where it has not finished); the spread is max - min over the "
            "finished ones. The floor of a data set's metric is its largest spread, at any budget.", "",
            table(rows), "",
-           "Floors: " + "; ".join(f"{d}: " + ", ".join(f"{m} {v:.2f}" for m, v in ms.items())
+           "Floors: " + "; ".join(f"{d}: " + ", ".join(f"{m} {v:.{digits(m)}f}" for m, v in ms.items())
                                   for d, ms in sorted(floor.items())) + ".", ""]
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "floor.md"), "w", encoding="utf-8") as f:
@@ -190,7 +195,7 @@ def floors_text(datasets: Sequence[Optional[str]], metric: str) -> str:
   for dataset in sorted({str(d) for d in datasets}):
     found = floor_of(dataset, metric)
     parts.append(f"none measured ({dataset})" if found is None else
-                 f"{found[0]:.2f} ({dataset}{'' if found[1] == metric else ', that of ' + found[1]})")
+                 f"{found[0]:.{digits(found[1])}f} ({dataset}{'' if found[1] == metric else ', that of ' + found[1]})")
   return ", ".join(parts) + " (`experiments/results/noise/`)"
 
 

@@ -64,6 +64,8 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
                             "line per run (e.g. validation/bleu).", flag_values=fv)
   flags.DEFINE_multi_string("shorter", [], "Globs of runs of the same cells at a shorter budget, set beside each "
                             "group with the change and whether it is above the noise floor.", flag_values=fv)
+  flags.DEFINE_multi_string("judge", [], "More metrics on which the pairs of groups are judged at both budgets, "
+                            "each against its own noise floor (with --shorter).", flag_values=fv)
   flags.DEFINE_enum("paper", None, list(paper.TABLES), "The paper's table to print beside the metric.",
                     flag_values=fv)
   flags.DEFINE_multi_enum("bound", [], list(arithmetic.VIEWS),

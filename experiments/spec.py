@@ -24,6 +24,8 @@ class ReportSpec:
     steps: metrics drawn against the training step, one line per run, unfinished runs included
       (``learning_curves.png``, ``experiments.learning_curves``).
     shorter: globs of runs of the same cells at a shorter budget, set beside each group (``experiments.budgets``).
+    judge: more metrics on which the pairs of groups are judged at both budgets, each against its own noise floor
+      (``experiments.budgets``; needs ``shorter``).
     paper: Shaw et al.'s table whose number is set beside each group (``experiments.paper``).
     bound: arithmetic views (``bag``, ``reversal``) each group is held to (the ceiling column).
     target: a value every run of every unbounded group must reach (a check).
@@ -37,6 +39,7 @@ class ReportSpec:
   curve: tuple[str, ...] = ()
   steps: tuple[str, ...] = ()
   shorter: tuple[str, ...] = ()
+  judge: tuple[str, ...] = ()
   paper: Optional[str] = None
   bound: tuple[str, ...] = ()
   target: Optional[float] = None
@@ -45,7 +48,7 @@ class ReportSpec:
   title: Optional[str] = None
 
   def __post_init__(self):
-    for name in ("also", "curve", "steps", "shorter", "bound"):  # one string is one item; flags give lists
+    for name in ("also", "curve", "steps", "shorter", "judge", "bound"):  # one string is one item; flags give lists
       value = getattr(self, name)
       object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value or ()))
     if not (self.metric or self.by_length):

@@ -98,6 +98,9 @@ def register(sweep: Sweep) -> Sweep:
   names = [(r.name, r.seed) for r in sweep.runs]
   if len(set(names)) != len(names):
     raise ValueError(f"sweep {sweep.name!r} has two runs with the same name and seed")
+  if sweep.report.judge and not sweep.shorter:
+    raise ValueError(f"sweep {sweep.name!r} judges {list(sweep.report.judge)} but has no shorter sweeps; allowed: "
+                     "judge with shorter")
   SWEEPS[sweep.name] = sweep
   return sweep
 
@@ -306,6 +309,7 @@ register(Sweep(
     "steps): Table 1's schemes, k in 0 1 2 64, a^K alone, a^V alone, a^K alone + sinusoids",
     tuple(Run(name, "configs/translation.py", variant, overrides + TRANSLATION_CURVE, seed=s)
           for s in SEEDS for name, variant, overrides, n in _CURVE_CELLS if s < n),
-    report=dataclasses.replace(TRANSLATION_REPORT, steps=("validation/bleu", "validation/loss")),
+    report=dataclasses.replace(TRANSLATION_REPORT, also=("test/loss", *TRANSLATION_REPORT.also),
+                               steps=("validation/bleu", "validation/loss"), judge=("test/loss",)),
     results="translation/curves",
     shorter=("translation_table1", "translation_table2", "translation_table3", "translation_absolute")))

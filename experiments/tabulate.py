@@ -46,8 +46,9 @@ def write_report(patterns: Sequence[str], out: str, spec: Optional[ReportSpec] =
     The groups (``experiments.runs.Group``, cells filled), or the by-length rows.
 
   Raises:
-    ValueError: if no run matches, no run holds the metric, or a set field of the spec has no registered
-      column or section to serve it (the module that registers it was not imported).
+    ValueError: if no run matches, no run holds the metric, a set field of the spec has no registered
+      column or section to serve it (the module that registers it was not imported), or the spec judges metrics
+      without shorter runs to judge them at.
   """
   if spec is not None and fields:
     raise TypeError(f"write_report takes a spec or its fields, not both (got {sorted(fields)})")
@@ -56,6 +57,9 @@ def write_report(patterns: Sequence[str], out: str, spec: Optional[ReportSpec] =
   if unserved:
     raise ValueError(f"no registered report column or section reads {unserved}: import the module that "
                      "registers them (experiments.report imports every one)")
+  if spec.judge and not spec.shorter:
+    raise ValueError(f"judge={list(spec.judge)} without shorter runs; allowed: judge with shorter, the runs of the "
+                     "same cells at a shorter budget that the pairs are judged at")
   runs = runs_lib.load_runs(patterns)
   if not runs:
     raise ValueError(f"no workdir with config.json and metrics.jsonl matches {list(patterns)}")

@@ -244,3 +244,47 @@ def test_a_gap_that_two_decimals_would_print_as_the_floor_it_clears_gets_more_di
   assert noise.verdict([31.2, 31.3], [31.1577], 0.0404, lower_is_better=True) == "worse by 0.042"
   assert noise.verdict([31.2, 31.3], [31.1], 0.04, lower_is_better=True) == "worse by 0.10"
   assert noise.verdict([31.19, 31.3], [31.1577], 0.0404, lower_is_better=True) == "not separated"
+
+
+def test_a_judged_metric_is_held_to_its_own_floor_at_both_budgets(results, tmp_path, monkeypatch):
+  _longer_k16(results, tmp_path, monkeypatch)
+  _longer_k2(results, [41.0, 41.0])
+  # test_x8 is 3 above test/perplexity in every run; its own floor, 9.0, is not test/perplexity's 0.25.
+  (tmp_path / "floor.json").write_text(json.dumps({"sotu": {"test/perplexity": 0.25, "test_x8/perplexity": 9.0}}))
+  tabulate.write_report([str(results / "longer" / "*" / "*")], str(tmp_path / "out"), metric="test/perplexity",
+                        shorter=(str(results / "lm" / "clipping" / "*" / "*"),), judge=("test_x8/perplexity",))
+  table = (tmp_path / "out" / "table.md").read_text()
+  main, judged = table.split("On test_x8/perplexity (each run's last value), held to its own noise floor: 9.00 (sotu)")
+  # k = 2 against k = 16: 8.5 apart at the shorter budget, 10 at this one. Against 0.25 the verdict held; against
+  # 9.0 it is not separated, then worse.
+  assert "- held: k=2 against k=16: worse by 8.50 at the shorter budget, worse by 10.00 at this one" in main
+  assert ("- changed: k=2 against k=16: not separated at the shorter budget, worse by 10.00 at this one (2 and 2 "
+          "runs)") in judged
+
+
+def test_judging_a_metric_without_shorter_runs_is_refused_before_any_run_is_read(tmp_path):
+  with pytest.raises(ValueError, match=r"judge=\['test/loss'\] without shorter runs; allowed: judge with shorter"):
+    tabulate.write_report([str(tmp_path / "none" / "*")], str(tmp_path / "out"), metric="test/bleu",
+                          judge="test/loss")
+  from experiments import sweeps
+  sweep = sweeps.Sweep("judged", "", (), report=tabulate.ReportSpec(metric="test/bleu", judge="test/loss"))
+  with pytest.raises(ValueError, match=r"sweep 'judged' judges \['test/loss'\] but has no shorter sweeps"):
+    sweeps.register(sweep)
+  assert "judged" not in sweeps.SWEEPS
+
+
+def test_a_loss_and_its_floor_are_printed_with_three_decimals(results, tmp_path):
+  def loss_run(path, seed, loss, devices=1):
+    path = _workdir(path, {**CELL, "dataset": "bible_fr_en", "seed": seed}, [{"step": 100, "test/loss": loss}])
+    record = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**record, "num_devices": devices}))
+
+  for seed, loss in enumerate([2.8224, 2.7666]):
+    loss_run(results / "translation" / "table1" / "shaw" / f"seed{seed}", seed, loss)
+  loss_run(results / "noise" / "translation_shaw" / "devices2" / "seed0", 0, 2.7590, devices=2)
+  floor = noise.write(str(tmp_path / "out"), str(results / "noise"), str(results))
+  assert floor["bible_fr_en"] == {"test/loss": pytest.approx(0.0634)}
+  table = (tmp_path / "out" / "floor.md").read_text()
+  row = "| translation_shaw | 100 | test/loss | 2.822 | - | - | 2.759 | - | **0.063** | 2.767-2.822 (0.056, 2 seeds) |"
+  assert row in table
+  assert "bible_fr_en: test/loss 0.063" in table
