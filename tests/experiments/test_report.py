@@ -277,6 +277,24 @@ def test_a_plot_of_more_groups_than_colours_gives_each_group_its_own_look(monkey
   render.pyplot().close(figures[1])
 
 
+def test_the_second_row_zooms_on_the_second_half_of_the_steps_fitted_to_the_runs_there(monkeypatch, tmp_path):
+  # The ends of translation's curves are 1-2 BLEU apart after a rise of 20: on the whole range they overlap.
+  from experiments import learning_curves
+  from experiments import render
+
+  figures = []
+  monkeypatch.setattr(render, "save", lambda fig, path: figures.append(fig))
+  long = runs_lib.RunRecord("a", {}, [{"step": s, "validation/loss": 10.0 / s} for s in range(100, 1001, 100)])
+  short = runs_lib.RunRecord("b", {}, [{"step": s, "validation/loss": 20.0 / s} for s in range(100, 401, 100)])
+  learning_curves.plot(str(tmp_path / "c.png"), [("a", [long]), ("b", [short])], ["validation/loss"])
+  whole, zoomed = figures[0].axes[:2]
+  assert whole.get_xlim()[0] < 100 and zoomed.get_xlim() == pytest.approx((500, 1010))
+  # Fitted to the values at steps 500-1,000 (0.01-0.02, only run a's), 5% of their range either side.
+  assert zoomed.get_ylim() == pytest.approx((0.0095, 0.0205))
+  assert zoomed.get_title() == "validation/loss, steps 500-1,000"
+  render.pyplot().close(figures[0])
+
+
 def test_steps_draws_every_run_against_the_step_and_says_where_each_stands(tmp_path):
   curve = lambda end, scale: [{"step": s, "validation/loss": scale / s, "train/steps_per_sec": 0.1}
                               for s in range(100, end + 1, 100)]
