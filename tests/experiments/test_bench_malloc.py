@@ -42,3 +42,17 @@ def test_both_settings_train_the_same_run_and_each_process_is_measured(tmp_path)
   (tmp_path / "edited" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
   differs = bench_malloc.same_run(str(tmp_path / "default"), str(tmp_path / "edited"))
   assert not differs["records"] and differs["parameters"]
+
+
+def test_the_readme_gives_the_ratio_and_the_verdict_and_appends_the_notes(tmp_path):
+  data = {"command": "python -m experiments.bench_malloc --out x", "ratio": 1.5,
+          "machine": {"cpu": "cpu", "cores": 2, "jax": "0"}, "settings": {"config": "c", "steps": 4, "tunables": "t"},
+          "runs": {"default": {"core": 0, "steps_per_sec": 2.0, "user_s": 9.0, "system_s": 3.0, "page_faults": 1000},
+                   "tuned": {"core": 1, "steps_per_sec": 3.0, "user_s": 9.0, "system_s": 0.1, "page_faults": 10}},
+          "same_run": {"records": True, "parameters": False, "arrays": 7}}
+  (tmp_path / "notes.md").write_text("Read me.\n")
+  text = bench_malloc.write(data, str(tmp_path))
+  assert text == (tmp_path / "README.md").read_text()
+  assert "| default | 0 | 2.00 | 9 | 3 | 1,000 |" in text
+  assert "1.50x.** The same run under both: records identical, parameters (7 arrays) DIFFER." in text
+  assert text.endswith("## Reading\n\nRead me.\n")
