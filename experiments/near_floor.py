@@ -6,11 +6,14 @@ named by its folder. For each metric with a floor (``experiments.noise``,
 ``test_long`` held to ``test``'s), every pair of cells of one data set, and
 every cell against each baseline that has the metric, is judged with
 :func:`experiments.noise.verdict`; the pairs whose ranges are apart by
-within ``--margin`` of the floor, on either side, are printed, closest
-first. A cell of one seed is listed as such. After a floor changes, every
-README sentence about a pair listed here is the one to re-read.
+between 1 - ``--margin`` and 1 + ``--margin`` times the floor are printed,
+nearest the floor first. The margin is a fraction of each metric's own
+floor, so BLEU, loss and perplexity, whose floors differ twentyfold, share
+one scale. A cell
+of one seed is listed as such. After a floor changes, every README sentence
+about a pair listed here is the one to re-read.
 
-    python -m experiments.near_floor --margin 0.1
+    python -m experiments.near_floor --margin 0.15
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from experiments import noise
 from experiments import runs as runs_lib
 
 FLAGS = flags.FLAGS
-METRICS = {"bible_fr_en": ("test/bleu", "test_long/bleu"), "sotu": noise.METRICS["sotu"]}
+METRICS = {"bible_fr_en": ("test/bleu", "test/loss", "test_long/bleu"), "sotu": noise.METRICS["sotu"]}
 
 
 def cells(root: str) -> dict[tuple[str, str], dict[str, list[float]]]:
@@ -51,7 +54,7 @@ def cells(root: str) -> dict[tuple[str, str], dict[str, list[float]]]:
 
 
 def near(root: str, margin: float) -> list[tuple[float, str]]:
-  """(distance from the floor, line) of every pair whose gap is within ``margin`` of its floor."""
+  """(|gap / floor - 1|, line) of every pair whose gap is between 1 - ``margin`` and 1 + ``margin`` times its floor."""
   out = []
   by_dataset = collections.defaultdict(dict)
   for (dataset, name), metrics in cells(root).items():
@@ -67,23 +70,24 @@ def near(root: str, margin: float) -> list[tuple[float, str]]:
       for i, (a, va) in enumerate(groups):
         for b, vb in groups[i + 1:]:
           gap = max(min(va) - max(vb), min(vb) - max(va))
-          if abs(gap - floor) <= margin:
+          if abs(gap - floor) <= margin * floor:
             single = [n for n, v in ((a, va), (b, vb)) if len(v) == 1 and not n.startswith("baseline")]
             judged = f"not judged (one seed: {', '.join(single)})" if single else noise.verdict(va, vb, floor, lower)
-            out.append((abs(gap - floor), f"{metric} (floor {floor:.3f}): {a} against {b}, apart by {gap:.3f}: "
-                                          f"{judged}"))
+            out.append((abs(gap - floor) / floor, f"{metric} (floor {floor:.3f}): {a} against {b}, apart by "
+                                                  f"{gap:.3f} ({gap / floor:.2f}x the floor): {judged}"))
   return sorted(out)
 
 
 def define_flags() -> None:
   flags.DEFINE_string("root", noise.RESULTS, "The committed results.")
-  flags.DEFINE_float("margin", 0.1, "List the pairs whose gap is within this of the floor.")
+  flags.DEFINE_float("margin", 0.15, "List the pairs whose gap is between 1 - margin and 1 + margin times the floor.",
+                     lower_bound=0.0)
 
 
 def main(argv: Sequence[str]) -> None:
   del argv
   lines = near(FLAGS.root, FLAGS.margin)
-  print("\n".join(line for _, line in lines) or f"no pair within {FLAGS.margin} of its floor")
+  print("\n".join(line for _, line in lines) or f"no pair within {FLAGS.margin:g} of its floor, as a fraction of it")
 
 
 if __name__ == "__main__":

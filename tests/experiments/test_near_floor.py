@@ -23,15 +23,13 @@ def test_the_pairs_within_the_margin_of_the_floor_are_listed_closest_first(tmp_p
   _lm_run(root / "noise" / "lm_k16" / "same" / "seed0", 0, 41.2)  # a retraining, not a cell: left out
   listed = lambda margin: [line for _, line in near_floor.near(str(root), margin)
                            if line.startswith("test/")]  # 2x-8x (held to test's floor here) repeat these gaps
-  lines = listed(0.1)
-  # Gaps: k = 8 (40-40.5) and k = 16 (40.55-41) 0.05 apart, 0.45 from the floor; the curve cell (39.35) 0.65
-  # under k = 8 (0.15 from the floor), 1.2 under k = 16 and 1.15 above the baseline (38.2); k = 0 (45-45.2) far
-  # from all. None is within 0.1 of the floor.
-  assert lines == []
-  lines = listed(0.2)
-  assert lines == ["test/perplexity (floor 0.500): lm/clipping/k=8 against lm/curves/k=16, apart by 0.650: not "
-                   "judged (one seed: lm/curves/k=16)"]
-  lines = listed(0.5)
-  assert "test/perplexity (floor 0.500): lm/clipping/k=16 against lm/clipping/k=8, apart by 0.050: not separated" \
-         in lines
+  # Gaps, over the 0.5 floor: k = 8 (40-40.5) and k = 16 (40.55-41) 0.05 apart, 0.1x; the curve cell (39.35) 0.65
+  # under k = 8 (1.3x), 1.2 under k = 16 (2.4x) and 1.15 above the baseline (38.2, 2.3x); k = 0 (45-45.2) far
+  # from all. The margin is a fraction of the floor: none is within 0.25 of it, one within 0.35.
+  assert listed(0.25) == []
+  assert listed(0.35) == ["test/perplexity (floor 0.500): lm/clipping/k=8 against lm/curves/k=16, apart by 0.650 "
+                          "(1.30x the floor): not judged (one seed: lm/curves/k=16)"]
+  lines = listed(0.95)
+  assert lines[-1] == ("test/perplexity (floor 0.500): lm/clipping/k=16 against lm/clipping/k=8, apart by 0.050 "
+                       "(0.10x the floor): not separated")  # nearest the floor first: 0.9 from it, the farthest
   assert not any("noise" in line or "k=0" in line for line in lines)
