@@ -9,9 +9,8 @@ every cell against each baseline that has the metric, is judged with
 between 1 - ``--margin`` and 1 + ``--margin`` times the floor are printed,
 nearest the floor first. The margin is a fraction of each metric's own
 floor, so BLEU, loss and perplexity, whose floors differ twentyfold, share
-one scale. A cell
-of one seed is listed as such. After a floor changes, every README sentence
-about a pair listed here is the one to re-read.
+one scale. A cell of one seed is listed as such. After a floor changes,
+every README sentence about a pair listed here is the one to re-read.
 
     python -m experiments.near_floor --margin 0.15
 """
