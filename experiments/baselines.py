@@ -171,7 +171,7 @@ def baselines_section(report: columns.Report) -> list[str]:
   for name, value in of_metric(metric).items():
     verdicts: dict[str, list[str]] = {}
     for g in report.groups:
-      floor = noise.floor_of(g.config.get("dataset"), metric)
+      floor = noise.floor_of(g.config.get("dataset"), metric, g.config.get("num_train_steps"))
       found = against(g.values, value, None if floor is None else floor[0], lower)
       kind, _, gap = found.partition(" by ")
       notes = ([f"by {gap}"] if gap else []) + ([f"{g.capped} at the cap"] if g.capped else [])
@@ -182,7 +182,8 @@ def baselines_section(report: columns.Report) -> list[str]:
     if ONE_SEED in verdicts:
       listed.append(f"One seed, not judged: {', '.join(verdicts[ONE_SEED])}.")
     lines.append(f"- Baseline **{name}**: {metric} {value:.2f} (`experiments/results/baselines/`). {' '.join(listed)}")
-  floors = noise.floors_text([g.config.get("dataset") for g in report.groups], metric)
+  floors = noise.floors_text([g.config.get("dataset") for g in report.groups], metric,
+                             sorted({b for g in report.groups if (b := g.config.get("num_train_steps")) is not None}))
   capped = _CAPPED if any(g.capped for g in report.groups) else ""
   return [f"Baselines, each group held to them with the noise floor of {metric}: {floors}. A group is better or "
           "worse than a baseline when every seed is beyond it by more than the floor (the gap between the baseline "

@@ -5,7 +5,8 @@ group's but for :data:`BUDGET_KEYS` (how long it trained, how often and how
 it was evaluated, checkpointing) and the seed. Per group the section shows
 the report's metric at both budgets (mean [min, max] over the seeds), the
 change of the means, and whether the two seed ranges are apart by more than
-the noise floor of the data set's metric (``experiments.noise``): a change
+the noise floor of the data set's metric (``experiments.noise``: the floor
+of each budget, the larger of the two across budgets): a change
 is "not separated" otherwise, and "not judged" when a side has one seed (its
 seed range is unmeasured). The paper's number for the cell is set beside
 it where Shaw et al. have one (:func:`experiments.paper.cell`). Then every
@@ -93,22 +94,31 @@ def retrace_rows(report: columns.Report, shorter: Sequence[runs_lib.RunRecord]) 
   return out
 
 
-def _floor(report: columns.Report, group: runs_lib.Group, metric: Optional[str] = None) -> Optional[float]:
-  found = noise.floor_of(group.config.get("dataset"), metric or report.spec.metric)
+def _floor(group: runs_lib.Group, metric: str, *budgets: Optional[int]) -> Optional[float]:
+  """The floor of ``metric`` on the group's data set for numbers of each of ``budgets`` (:func:`noise.floor_of`)."""
+  found = noise.floor_of(group.config.get("dataset"), metric, *budgets)
   return None if found is None else found[0]
 
 
-def rows(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]]) -> list[list[str]]:
+def shorter_budgets(report: columns.Report, shorter: Sequence[runs_lib.RunRecord]) -> list[Optional[int]]:
+  """Per group, the budget (``num_train_steps``) of the shorter runs of its cell: the largest if they differ."""
+  return [max((r.config["num_train_steps"] for r in shorter if cell(r.config) == cell(g.config)
+               and r.config.get("num_train_steps") is not None), default=None) for g in report.groups]
+
+
+def rows(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]],
+         short_budgets: Sequence[Optional[int]]) -> list[list[str]]:
   metric, digits = report.spec.metric, report.digits
   out = []
-  for g, points in zip(report.groups, short):
+  for g, points, budget in zip(report.groups, short, short_budgets):
     step = runs_lib.step_range([s for s, _ in g.points]) + (" (cap)" if g.capped else "")
     cells = [g.label, f"{len(g.values)}", step, _spread(g.values, digits)]
     if points:
       values = [v for _, v in points]
       cells += [f"{len(points)}", runs_lib.step_range([s for s, _ in points]), _spread(values, digits),
                 f"{runs_lib.spread(g.values)['mean'] - runs_lib.spread(values)['mean']:+.{digits}f}",
-                separation(g.values, values, _floor(report, g), baselines.lower_is_better(metric))]
+                separation(g.values, values, _floor(g, metric, g.config.get("num_train_steps"), budget),
+                           baselines.lower_is_better(metric))]
     else:
       cells += ["0", "-", "-", "-", "-"]
     if _bleu(report):
@@ -126,18 +136,21 @@ def _values(report: columns.Report, group: runs_lib.Group, metric: str) -> list[
 
 
 def pairs(report: columns.Report, short: Sequence[Sequence[tuple[int, float]]],
-          metric: Optional[str] = None) -> list[str]:
+          short_budgets: Sequence[Optional[int]], metric: Optional[str] = None) -> list[str]:
   """Every pair of groups that both have shorter runs, judged on ``metric`` (default the report's) at both
   budgets: which verdicts held, which changed (:func:`separation` of the first against the second, with the data
-  set's floor of ``metric``). A pair with one seed in a cell at either budget is counted, not judged."""
+  set's floor of ``metric`` at each budget). A pair with one seed in a cell at either budget is counted, not
+  judged."""
   metric = metric or report.spec.metric
   lower = baselines.lower_is_better(metric)
-  judged = [(g, _values(report, g, metric), [v for _, v in p]) for g, p in zip(report.groups, short) if p]
+  judged = [(g, _values(report, g, metric), [v for _, v in p], budget)
+            for g, p, budget in zip(report.groups, short, short_budgets) if p]
   held, changed, unjudged = [], [], 0
-  for i, (a, a_now, a_short) in enumerate(judged):
-    for b, b_now, b_short in judged[i + 1:]:
-      floor = _floor(report, a, metric)
-      before, after = separation(a_short, b_short, floor, lower), separation(a_now, b_now, floor, lower)
+  for i, (a, a_now, a_short, a_budget) in enumerate(judged):
+    for b, b_now, b_short, b_budget in judged[i + 1:]:
+      now = _floor(a, metric, a.config.get("num_train_steps"), b.config.get("num_train_steps"))
+      before = separation(a_short, b_short, _floor(a, metric, a_budget, b_budget), lower)
+      after = separation(a_now, b_now, now, lower)
       if NOT_JUDGED in (before, after):
         unjudged += 1
         continue
@@ -157,8 +170,8 @@ def _judged(report: columns.Report, shorter: Sequence[runs_lib.RunRecord]) -> li
   """The pairs once more on each of the report's ``judge`` metrics, each held to its own floor."""
   out = []
   for metric in report.spec.judge:
-    floor_text = noise.floors_text([g.config.get("dataset") for g in report.groups], metric)
-    found = pairs(report, shorter_values(report, shorter, metric), metric)
+    floor_text = noise.floors_text([g.config.get("dataset") for g in report.groups], metric, _budgets(report, shorter))
+    found = pairs(report, shorter_values(report, shorter, metric), shorter_budgets(report, shorter), metric)
     out += [f"On {metric} (each run's last value), held to its own noise floor: {floor_text}.", "",
             *(found or ["No pair of cells has runs with it at both budgets.", ""])]
   return out
@@ -177,8 +190,8 @@ def _bleu(report: columns.Report) -> bool:
 def budgets_section(report: columns.Report) -> list[str]:
   """Each group beside its cell at the shorter budget, and whether the change is above the noise floor."""
   metric, shorter = report.spec.metric, runs_lib.load_runs(report.spec.shorter)
-  short = shorter_values(report, shorter)
-  floor_text = noise.floors_text([g.config.get("dataset") for g in report.groups], metric)
+  short, short_budgets = shorter_values(report, shorter), shorter_budgets(report, shorter)
+  floor_text = noise.floors_text([g.config.get("dataset") for g in report.groups], metric, _budgets(report, shorter))
   header = ["variant", "runs", "step", f"{metric}", "shorter: runs", "step", f"{metric}", "change of means",
             "this budget against the shorter", *(["paper (BLEU, table)"] if _bleu(report) else [])]
   paper_text = (" The paper's BLEU is that of the one table that varies what the cell varies: T1 newstest2014, "
@@ -190,8 +203,15 @@ def budgets_section(report: columns.Report) -> list[str]:
   return [f"At this budget and at the shorter one (the same cells in the runs of {', '.join(report.spec.shorter)}; "
           f"mean [min, max] over seeds). A change counts only when the two ranges are apart by more than the "
           f"noise floor of {metric}: {floor_text}.{paper_text}", "",
-          render.markdown_table(header, rows(report, short), ["---"] + [render.RIGHT] * (len(header) - 1)), "",
-          *pairs(report, short), *_judged(report, shorter), *_retrace(report, shorter)]
+          render.markdown_table(header, rows(report, short, short_budgets),
+                                ["---"] + [render.RIGHT] * (len(header) - 1)), "",
+          *pairs(report, short, short_budgets), *_judged(report, shorter), *_retrace(report, shorter)]
+
+
+def _budgets(report: columns.Report, shorter: Sequence[runs_lib.RunRecord]) -> list[int]:
+  """The budgets (``num_train_steps``) of the report's groups and of their shorter runs."""
+  found = [g.config.get("num_train_steps") for g in report.groups] + shorter_budgets(report, shorter)
+  return sorted({b for b in found if b is not None})
 
 
 def _retrace(report: columns.Report, shorter: Sequence[runs_lib.RunRecord]) -> list[str]:

@@ -9,8 +9,10 @@ every cell against each baseline that has the metric, is judged with
 between 1 - ``--margin`` and 1 + ``--margin`` times the floor are printed,
 nearest the floor first. The margin is a fraction of each metric's own
 floor, so BLEU, loss and perplexity, whose floors differ twentyfold, share
-one scale. A cell of one seed is listed as such. After a floor changes,
-every README sentence about a pair listed here is the one to re-read.
+one scale. A pair is held to the floor of its cells' budgets
+(``num_train_steps``: :func:`experiments.noise.floor_of`). A cell of one
+seed is listed as such. After a floor changes, every README sentence about
+a pair listed here is the one to re-read.
 
     python -m experiments.near_floor --margin 0.15
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 import collections
 import glob
 import os
-from typing import Sequence
+from typing import Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -33,8 +35,9 @@ FLAGS = flags.FLAGS
 METRICS = {"bible_fr_en": ("test/bleu", "test/loss", "test_long/bleu"), "sotu": noise.METRICS["sotu"]}
 
 
-def cells(root: str) -> dict[tuple[str, str], dict[str, list[float]]]:
-  """``{(data set, cell folder): {metric: values over seeds}}`` of the finished runs under ``root``."""
+def cells(root: str) -> dict[tuple[str, str, Optional[int]], dict[str, list[float]]]:
+  """``{(data set, cell folder, budget): {metric: values over seeds}}`` of the finished runs under ``root``; the
+  budget is ``num_train_steps``."""
   found: dict = collections.defaultdict(lambda: collections.defaultdict(list))
   names: dict[str, str] = {}
   pattern = os.path.join(root, "**", "seed*")
@@ -48,31 +51,34 @@ def cells(root: str) -> dict[tuple[str, str], dict[str, list[float]]]:
     for metric in METRICS.get(dataset, ()):
       last = run.last(metric)
       if last is not None:
-        found[(dataset, name)][metric].append(last[1])
+        found[(dataset, name, run.config.get("num_train_steps"))][metric].append(last[1])
   return found
 
 
 def near(root: str, margin: float) -> list[tuple[float, str]]:
-  """(|gap / floor - 1|, line) of every pair whose gap is between 1 - ``margin`` and 1 + ``margin`` times its floor."""
+  """(|gap / floor - 1|, line) of every pair whose gap is between 1 - ``margin`` and 1 + ``margin`` times its floor
+  (the floor of both cells' budgets: :func:`experiments.noise.floor_of`)."""
   out = []
   by_dataset = collections.defaultdict(dict)
-  for (dataset, name), metrics in cells(root).items():
-    by_dataset[dataset][name] = metrics
+  for (dataset, name, budget), metrics in cells(root).items():
+    by_dataset[dataset][name] = (budget, metrics)
   for dataset, named in by_dataset.items():
     for metric in METRICS[dataset]:
-      found = noise.floor_of(dataset, metric)
-      if found is None:
-        continue
-      floor, lower = found[0], baselines.lower_is_better(metric)
-      groups = [(n, m[metric]) for n, m in sorted(named.items()) if m.get(metric)]
-      groups += [(f"baseline: {b}", [v]) for b, v in baselines.of_metric(metric).items()]
-      for i, (a, va) in enumerate(groups):
-        for b, vb in groups[i + 1:]:
+      lower = baselines.lower_is_better(metric)
+      groups = [(n, b, m[metric]) for n, (b, m) in sorted(named.items()) if m.get(metric)]
+      groups += [(f"baseline: {name}", None, [v]) for name, v in baselines.of_metric(metric).items()]
+      for i, (a, a_budget, va) in enumerate(groups):
+        for b, b_budget, vb in groups[i + 1:]:
+          found = noise.floor_of(dataset, metric, *(x for x in (a_budget, b_budget) if x is not None))
+          if found is None:
+            continue
+          floor = found[0]
           gap = max(min(va) - max(vb), min(vb) - max(va))
           if abs(gap - floor) <= margin * floor:
             single = [n for n, v in ((a, va), (b, vb)) if len(v) == 1 and not n.startswith("baseline")]
             judged = f"not judged (one seed: {', '.join(single)})" if single else noise.verdict(va, vb, floor, lower)
-            out.append((abs(gap - floor) / floor, f"{metric} (floor {floor:.3f}): {a} against {b}, apart by "
+            at = "" if found[2] is None else f" at {found[2]:,} steps"
+            out.append((abs(gap - floor) / floor, f"{metric} (floor {floor:.3f}{at}): {a} against {b}, apart by "
                                                   f"{gap:.3f} ({gap / floor:.2f}x the floor): {judged}"))
   return sorted(out)
 

@@ -9,15 +9,27 @@ Its committed twin is found, not named: the run under the results root
 whose config, seed and budget included, equals its own (a key a record
 lacks counts as its default: :func:`experiments.runs.with_engine_defaults`).
 The spread of a cell is max - min over the twin and every finished
-retraining; the floor of a data set's metric is the largest
-spread of its cells, at whatever budget (a learning-curve cell trains 4x
-longer or more, where a change of order has longer to grow). Beside each
-spread is the cell's budget and its seed range (its committed group),
-which a floor is read against.
+retraining. A data set's metric has two kinds of floor:
 
-Writes ``floor.md`` and ``floor.json`` (``{dataset: {metric: floor}}``, read
-by the reports' budget and baseline sections, through :func:`floor_of`, and
-held to by :func:`verdict`).
+- the largest spread of its cells at any budget (``floor.json``), which a
+  number is held to when its budget has no floor of its own;
+- the floor at a budget (``floor_budgets.json``): the largest spread of the
+  cells retrained at that budget (``num_train_steps``), once at least
+  :data:`MIN_CELLS` cells have been. Early in training a change of order
+  moves the metrics more than near a plateau (translation: 0.082 against
+  at most 0.020 in validation loss), so the floor measured at 2,500 steps
+  would overstate the noise at the end of a learning curve; a single
+  retrained cell is one draw of that noise (the three at 2,500 steps spread
+  0.27-0.89 in BLEU), so it is not enough to set a budget's floor alone.
+
+Two numbers from different budgets are held to the larger of their
+floors. Beside each spread is the cell's budget and its seed range (its
+committed group), which a floor is read against.
+
+Writes ``floor.md``, ``floor.json`` (``{dataset: {metric: floor}}``) and
+``floor_budgets.json`` (``{dataset: {metric: {steps: {"floor": f, "cells":
+[...]}}}}``), read by the reports' budget and baseline sections through
+:func:`floor_of`, and held to by :func:`verdict`.
 
 Command: ``python -m experiments.noise``.
 """
@@ -38,6 +50,8 @@ from experiments import runs as runs_lib
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 NOISE = os.path.join(RESULTS, "noise")
 FLOOR_FILE = os.path.join(NOISE, "floor.json")
+BUDGETS_FILE = "floor_budgets.json"  # beside FLOOR_FILE
+MIN_CELLS = 2  # retrained cells a budget needs for a floor of its own
 ORDERS = ("same", "repeat", "devices2", "cores1")
 DEVICES = {"devices2": 2}  # the device count of each order's runs (1 for the others)
 LAUNCH = {"cores1": "taskset -c 0 "}  # what an order's launch line must hold
@@ -109,9 +123,11 @@ def _final(run: runs_lib.RunRecord, metric: str) -> Optional[float]:
   return last[1] if last and last[0] == run.end() else None
 
 
-def measure(found: Sequence[dict]) -> tuple[list[dict], dict]:
-  """Rows (cell, metric, values, spread, seed range) and the floor per data set and metric."""
-  rows, floor = [], {}
+def measure(found: Sequence[dict]) -> tuple[list[dict], dict, dict]:
+  """Rows (cell, metric, values, spread, seed range), the floor per data set and metric (the largest spread at any
+  budget), and per data set, metric and budget the largest spread there and the cells measured
+  (:func:`budget_floors` keeps those with :data:`MIN_CELLS`)."""
+  rows, floor, at = [], {}, {}
   for c in found:
     dataset = c["twin"].config.get("dataset")
     for metric in c["metrics"]:
@@ -126,7 +142,17 @@ def measure(found: Sequence[dict]) -> tuple[list[dict], dict]:
                    "seeds": (min(seeds), max(seeds)) if seeds else None, "n_seeds": len(seeds)})
       if spread is not None:
         floor.setdefault(dataset, {})[metric] = max(spread, floor.get(dataset, {}).get(metric, 0.0))
-  return rows, floor
+        here = at.setdefault(dataset, {}).setdefault(metric, {}).setdefault(
+            str(rows[-1]["steps"]), {"floor": 0.0, "cells": []})
+        here["floor"] = max(here["floor"], spread)
+        here["cells"].append(c["cell"])
+  return rows, floor, at
+
+
+def budget_floors(at: dict) -> dict:
+  """The budgets of :func:`measure`'s third value with at least :data:`MIN_CELLS` cells retrained there."""
+  return {d: {m: {steps: v for steps, v in by.items() if len(v["cells"]) >= MIN_CELLS} for m, by in ms.items()}
+          for d, ms in at.items()}
 
 
 def digits(metric: str) -> int:
@@ -154,19 +180,33 @@ def table(rows: Sequence[dict]) -> str:
 
 def write(out: str, noise: str = NOISE, root: str = RESULTS, command: str = "python -m experiments.noise") -> dict:
   """Writes ``floor.md`` and ``floor.json`` to ``out``; returns the floor."""
-  rows, floor = measure(cells(noise, root))
+  rows, floor, at = measure(cells(noise, root))
+  kept = budget_floors(at)
+  by_budget = []
+  for d, ms in sorted(at.items()):
+    for m, by in ms.items():
+      for steps, v in sorted(by.items(), key=lambda kv: int(kv[0])):
+        use = ("its own floor" if steps in kept[d][m] else
+               f"held to the largest ({floor[d][m]:.{digits(m)}f}): fewer than {MIN_CELLS} cells")
+        by_budget.append(f"- {d}, {m} at {int(steps):,} steps: {v['floor']:.{digits(m)}f} over "
+                         f"{len(v['cells'])} cell{'s' * (len(v['cells']) != 1)} ({', '.join(v['cells'])}); {use}.")
   lines = [f"Generated by `{command}`.", "",
            "Each cell's committed run (seed 0) and its retrainings with the same config, seed and budget (steps) "
            "under other floating-point orders (- where it has not finished); the spread is max - min over the "
-           "finished ones. The floor of a data set's metric is its largest spread, at any budget.", "",
+           "finished ones. The floor of a data set's metric is its largest spread, at any budget; a budget where "
+           f"at least {MIN_CELLS} cells were retrained has a floor of its own, their largest spread, which the "
+           "numbers of that budget are held to (two numbers of different budgets: the larger of their floors).", "",
            table(rows), "",
-           "Floors: " + "; ".join(f"{d}: " + ", ".join(f"{m} {v:.{digits(m)}f}" for m, v in ms.items())
-                                  for d, ms in sorted(floor.items())) + ".", ""]
+           "Floors, at any budget: " + "; ".join(f"{d}: " + ", ".join(f"{m} {v:.{digits(m)}f}" for m, v in ms.items())
+                                                 for d, ms in sorted(floor.items())) + ".", "",
+           "At each budget:", "", *by_budget, ""]
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "floor.md"), "w", encoding="utf-8") as f:
     f.write("\n".join(lines))
   with open(os.path.join(out, "floor.json"), "w", encoding="utf-8") as f:
     json.dump(floor, f, indent=1, sort_keys=True)
+  with open(os.path.join(out, BUDGETS_FILE), "w", encoding="utf-8") as f:
+    json.dump(kept, f, indent=1, sort_keys=True)
   return floor
 
 
@@ -179,23 +219,44 @@ def read_floor(path: Optional[str] = None) -> dict:
     return json.load(f)
 
 
-def floor_of(dataset: Optional[str], metric: str) -> Optional[tuple[float, str]]:
-  """(floor, the metric it was measured on) for ``metric`` on ``dataset``: the metric's own floor, else that of the
-  same score on the test split (``test/bleu`` for ``test_long/bleu``); None when neither is measured."""
-  floors = read_floor().get(dataset, {})
+def read_budget_floors() -> dict:
+  """``{dataset: {metric: {steps: {"floor", "cells"}}}}``, :data:`BUDGETS_FILE` beside :data:`FLOOR_FILE`; empty
+  if there is none."""
+  return read_floor(os.path.join(os.path.dirname(FLOOR_FILE), BUDGETS_FILE))
+
+
+def floor_of(dataset: Optional[str], metric: str,
+             *budgets: Optional[int]) -> Optional[tuple[float, str, Optional[int]]]:
+  """(floor, the metric it was measured on, the budget whose own floor it is) for numbers of ``metric`` on
+  ``dataset`` trained with each of ``budgets`` (``num_train_steps``; none given: any budget). The floor is the
+  metric's own, else that of the same score on the test split (``test/bleu`` for ``test_long/bleu``); None when
+  neither is measured. Per budget it is that budget's own floor where it has one, else the largest at any budget;
+  over several budgets, the largest of theirs, and the budget is None when that is the largest at any budget."""
+  floors, own = read_floor().get(dataset, {}), read_budget_floors().get(dataset, {})
   for measured in (metric, f"test/{metric.rsplit('/', 1)[-1]}"):
     if measured in floors:
-      return floors[measured], measured
+      at = own.get(measured, {})
+      found = [(at[str(b)]["floor"], b) if str(b) in at else (floors[measured], None) for b in budgets or (None,)]
+      value, budget = max(found, key=lambda vb: (vb[0], vb[1] is not None))  # a tie names the budget
+      return value, measured, budget
   return None
 
 
-def floors_text(datasets: Sequence[Optional[str]], metric: str) -> str:
-  """The floor of ``metric`` on each of ``datasets``, and the metric it was measured on (:func:`floor_of`)."""
+def floors_text(datasets: Sequence[Optional[str]], metric: str, budgets: Sequence[int] = ()) -> str:
+  """The floor of ``metric`` on each of ``datasets`` (:func:`floor_of`), for numbers of each of ``budgets`` (steps)
+  when given: the metric it was measured on, and whether it is the budget's own or the largest at any budget."""
   parts = []
   for dataset in sorted({str(d) for d in datasets}):
-    found = floor_of(dataset, metric)
-    parts.append(f"none measured ({dataset})" if found is None else
-                 f"{found[0]:.{digits(found[1])}f} ({dataset}{'' if found[1] == metric else ', that of ' + found[1]})")
+    for budget in sorted(set(budgets)) or [None]:
+      found = floor_of(dataset, metric, budget)
+      if found is None:
+        parts.append(f"none measured ({dataset})")
+        break
+      notes = [dataset, *([f"that of {found[1]}"] if found[1] != metric else [])]
+      if budget is not None:
+        notes.append("measured there" if found[2] == budget else "the largest at any budget")
+      at = "" if budget is None else f" at {budget:,} steps"
+      parts.append(f"{found[0]:.{digits(found[1])}f}{at} ({', '.join(notes)})")
   return ", ".join(parts) + " (`experiments/results/noise/`)"
 
 

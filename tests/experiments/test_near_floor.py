@@ -33,3 +33,18 @@ def test_the_pairs_within_the_margin_of_the_floor_are_listed_closest_first(tmp_p
   assert lines[-1] == ("test/perplexity (floor 0.500): lm/clipping/k=16 against lm/clipping/k=8, apart by 0.050 "
                        "(0.10x the floor): not separated")  # nearest the floor first: 0.9 from it, the farthest
   assert not any("noise" in line or "k=0" in line for line in lines)
+
+
+def test_a_pair_of_cells_at_a_budget_with_its_own_floor_is_held_to_it(tmp_path, monkeypatch):
+  monkeypatch.setattr(noise, "FLOOR_FILE", str(tmp_path / "floor.json"))
+  (tmp_path / "floor.json").write_text(json.dumps({"sotu": {"test/perplexity": 0.5}}))
+  (tmp_path / noise.BUDGETS_FILE).write_text(json.dumps(
+      {"sotu": {"test/perplexity": {"400": {"floor": 0.3, "cells": ["a", "b"]}}}}))
+  monkeypatch.setattr(baselines, "RESULTS", str(tmp_path / "none.json"))
+  root = tmp_path / "results"
+  for seed, (a, b) in enumerate([(40.0, 40.82), (40.5, 41.0)]):  # 0.32 apart at 400 steps: 0.64x the largest floor
+    _lm_run(root / "lm" / "curves" / "k=8" / f"seed{seed}", seed, a, max_distance=8, num_train_steps=400)
+    _lm_run(root / "lm" / "curves" / "k=16" / f"seed{seed}", seed, b, max_distance=16, num_train_steps=400)
+  lines = [line for _, line in near_floor.near(str(root), 0.15) if line.startswith("test/")]
+  assert lines == ["test/perplexity (floor 0.300 at 400 steps): lm/curves/k=16 against lm/curves/k=8, apart by 0.320 "
+                   "(1.07x the floor): worse by 0.32"]

@@ -78,6 +78,34 @@ def test_the_floor_is_the_largest_spread_between_a_committed_run_and_its_retrain
       in table
 
 
+def test_a_budget_where_enough_cells_were_retrained_has_a_floor_of_its_own(results, tmp_path, monkeypatch):
+  # Two cells retrained at 400 steps (spreads 0.10 and 0.05): 400 steps has a floor of its own, 0.10. At 100 steps
+  # one cell (lm_k16, 0.25) is not enough: numbers there are held to the largest at any budget, 0.25.
+  _lm_run(results / "lm" / "curves" / "k=2" / "seed0", 0, 35.0, step=400, num_train_steps=400, max_distance=2)
+  _lm_run(results / "noise" / "lm_k16_long" / "devices2" / "seed0", 0, 30.1, step=400, devices=2,
+          num_train_steps=400)
+  _lm_run(results / "noise" / "lm_k2_long" / "devices2" / "seed0", 0, 35.05, step=400, devices=2,
+          num_train_steps=400, max_distance=2)
+  out = tmp_path / "out"
+  assert noise.write(str(out), str(results / "noise"), str(results)) == {"sotu": {m: pytest.approx(0.25) for m in PPL}}
+  own = json.loads((out / noise.BUDGETS_FILE).read_text())
+  assert own["sotu"]["test/perplexity"] == {"400": {"floor": pytest.approx(0.1),
+                                                    "cells": ["lm_k16_long", "lm_k2_long"]}}
+  monkeypatch.setattr(noise, "FLOOR_FILE", str(out / "floor.json"))
+  assert noise.floor_of("sotu", "test/perplexity", 400) == (pytest.approx(0.1), "test/perplexity", 400)
+  assert noise.floor_of("sotu", "test/perplexity", 100) == (pytest.approx(0.25), "test/perplexity", None)
+  assert noise.floor_of("sotu", "test/perplexity") == (pytest.approx(0.25), "test/perplexity", None)
+  assert noise.floor_of("sotu", "test/perplexity", 400, 100)[0] == pytest.approx(0.25)  # across budgets: the larger
+  assert noise.floor_of("sotu", "test_long/perplexity", 400) == (pytest.approx(0.1), "test/perplexity", 400)
+  assert noise.floors_text(["sotu"], "test/perplexity", [400, 100]) == (
+      "0.25 at 100 steps (sotu, the largest at any budget), 0.10 at 400 steps (sotu, measured there) "
+      "(`experiments/results/noise/`)")
+  table = (out / "floor.md").read_text()
+  assert "- sotu, test/perplexity at 400 steps: 0.10 over 2 cells (lm_k16_long, lm_k2_long); its own floor." in table
+  assert ("- sotu, test/perplexity at 100 steps: 0.25 over 1 cell (lm_k16); held to the largest (0.25): fewer than "
+          "2 cells.") in table
+
+
 def test_a_run_not_trained_as_its_order_says_is_refused_by_name(results, tmp_path):
   noise_dir, root = str(results / "noise"), str(results)
   # An XLA_FLAGS value that XLA cut short trains "devices2" on one device: refused, not counted as two.
@@ -105,7 +133,7 @@ def test_the_committed_noise_table_and_floor_are_what_the_command_makes_of_the_c
                                                                                              committed_runs_only):
   noise.write(str(tmp_path), command="python -m experiments.noise")
   committed = ROOT / "experiments" / "results" / "noise"
-  for name in ("floor.md", "floor.json"):
+  for name in ("floor.md", "floor.json", noise.BUDGETS_FILE):
     assert (tmp_path / name).read_text() == (committed / name).read_text(), name
 
 
@@ -161,7 +189,8 @@ def test_the_report_sets_each_group_beside_its_cell_at_the_shorter_budget(result
   tabulate.write_report([str(results / "longer" / "*" / "*")], str(out), metric="test/perplexity",
                         shorter=(str(results / "lm" / "clipping" / "*" / "*"),))
   table = (out / "table.md").read_text()
-  assert "noise floor of test/perplexity: 0.25 (sotu)" in table
+  assert ("noise floor of test/perplexity: 0.25 at 100 steps (sotu, the largest at any budget), 0.25 at 400 steps "
+          "(sotu, the largest at any budget)") in table
   # k = 16: 30-31 at 400 steps against 40-41.5 at 100 (mean 40.67): better by 9 > 0.25. k = 4: no shorter run.
   assert "| k=16 | 2 | 400 | 30.50 [30.00, 31.00] | 3 | 100 | 40.67 [40.00, 41.50] | -10.17 | better by 9.00 |" in table
   assert "| k=4 | 1 | 400 | 41.00 | 0 | - | - | - | - |" in table
@@ -198,16 +227,27 @@ def test_a_cell_that_reached_its_cap_without_a_plateau_is_marked_where_its_step_
   assert 'A group marked "n at the cap" has n runs that reached their cap' in table
 
 
-def test_a_verdict_that_training_changed_is_listed_as_changed(results, tmp_path, monkeypatch):
+def test_a_verdict_that_training_changed_is_listed_as_changed_and_a_budgets_own_floor_can_hold_it(
+    results, tmp_path, monkeypatch):
   _longer_k16(results, tmp_path, monkeypatch)
   _longer_k2(results, [31.2, 31.2])
-  tabulate.write_report([str(results / "longer" / "*" / "*")], str(tmp_path / "out"), metric="test/perplexity",
-                        shorter=(str(results / "lm" / "clipping" / "*" / "*"),))
-  table = (tmp_path / "out" / "table.md").read_text()
+
+  def table():
+    tabulate.write_report([str(results / "longer" / "*" / "*")], str(tmp_path / "out"), metric="test/perplexity",
+                          shorter=(str(results / "lm" / "clipping" / "*" / "*"),))
+    return (tmp_path / "out" / "table.md").read_text()
+
   # 8.5 apart at the shorter budget; at this one 31.2 is 0.2 from 30-31, under the floor of 0.25.
-  assert "(0 verdicts held, 1 changed)" in table
+  assert "(0 verdicts held, 1 changed)" in table()
   assert ("- changed: k=2 against k=16: worse by 8.50 at the shorter budget, not separated at this one (2 and 2 "
-          "runs)") in table
+          "runs)") in table()
+  # With a floor of its own at 400 steps, 0.10, the same 0.2 is above it; 100 steps is still held to the largest.
+  (tmp_path / noise.BUDGETS_FILE).write_text(json.dumps(
+      {"sotu": {"test/perplexity": {"400": {"floor": 0.1, "cells": ["a", "b"]}}}}))
+  text = table()
+  assert "0.25 at 100 steps (sotu, the largest at any budget), 0.10 at 400 steps (sotu, measured there)" in text
+  assert ("- held: k=2 against k=16: worse by 8.50 at the shorter budget, worse by 0.20 at this one (2 and 2 "
+          "runs)") in text
 
 
 def test_a_pair_with_one_seed_in_a_cell_is_counted_and_not_judged(results, tmp_path, monkeypatch):
@@ -254,7 +294,8 @@ def test_a_judged_metric_is_held_to_its_own_floor_at_both_budgets(results, tmp_p
   tabulate.write_report([str(results / "longer" / "*" / "*")], str(tmp_path / "out"), metric="test/perplexity",
                         shorter=(str(results / "lm" / "clipping" / "*" / "*"),), judge=("test_x8/perplexity",))
   table = (tmp_path / "out" / "table.md").read_text()
-  main, judged = table.split("On test_x8/perplexity (each run's last value), held to its own noise floor: 9.00 (sotu)")
+  main, judged = table.split("On test_x8/perplexity (each run's last value), held to its own noise floor: 9.00 at 100 "
+                             "steps (sotu, the largest at any budget)")
   # k = 2 against k = 16: 8.5 apart at the shorter budget, 10 at this one. Against 0.25 the verdict held; against
   # 9.0 it is not separated, then worse.
   assert "- held: k=2 against k=16: worse by 8.50 at the shorter budget, worse by 10.00 at this one" in main
