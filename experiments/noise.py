@@ -15,12 +15,12 @@ retraining. A data set's metric has two kinds of floor:
   number is held to when its budget has no floor of its own;
 - the floor at a budget (``floor_budgets.json``): the largest spread of the
   cells retrained at that budget (``num_train_steps``), once at least
-  :data:`MIN_CELLS` cells have been. Early in training a change of order
-  moves the metrics more than near a plateau (translation: 0.082 against
-  at most 0.020 in validation loss), so the floor measured at 2,500 steps
-  would overstate the noise at the end of a learning curve; a single
-  retrained cell is one draw of that noise (the three at 2,500 steps spread
-  0.27-0.89 in BLEU), so it is not enough to set a budget's floor alone.
+  :data:`MIN_CELLS` cells have been. How far a change of order moves a
+  metric depends on the budget (a run near its plateau is not one still
+  falling fast), so the floor of the short sweeps says little about the
+  end of a learning curve; it depends on the cell too (at 2,500 steps
+  three translation cells spread 0.27-0.89 in BLEU), so one retrained cell
+  is one draw, not enough to set a budget's floor alone.
 
 Two numbers from different budgets are held to the larger of their
 floors. Beside each spread is the cell's budget and its seed range (its
