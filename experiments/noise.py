@@ -127,7 +127,7 @@ def measure(found: Sequence[dict]) -> tuple[list[dict], dict, dict]:
   """Rows (cell, metric, values, spread, seed range), the floor per data set and metric (the largest spread at any
   budget), and per data set, metric and budget the largest spread there and the cells measured
   (:func:`budget_floors` keeps those with :data:`MIN_CELLS`)."""
-  rows, floor, at = [], {}, {}
+  rows, at = [], {}
   for c in found:
     dataset = c["twin"].config.get("dataset")
     for metric in c["metrics"]:
@@ -141,11 +141,11 @@ def measure(found: Sequence[dict]) -> tuple[list[dict], dict, dict]:
                    "values": values, "spread": spread,
                    "seeds": (min(seeds), max(seeds)) if seeds else None, "n_seeds": len(seeds)})
       if spread is not None:
-        floor.setdefault(dataset, {})[metric] = max(spread, floor.get(dataset, {}).get(metric, 0.0))
         here = at.setdefault(dataset, {}).setdefault(metric, {}).setdefault(
             str(rows[-1]["steps"]), {"floor": 0.0, "cells": []})
         here["floor"] = max(here["floor"], spread)
         here["cells"].append(c["cell"])
+  floor = {d: {m: max(v["floor"] for v in by.values()) for m, by in ms.items()} for d, ms in at.items()}
   return rows, floor, at
 
 
@@ -179,7 +179,7 @@ def table(rows: Sequence[dict]) -> str:
 
 
 def write(out: str, noise: str = NOISE, root: str = RESULTS, command: str = "python -m experiments.noise") -> dict:
-  """Writes ``floor.md`` and ``floor.json`` to ``out``; returns the floor."""
+  """Writes ``floor.md``, ``floor.json`` and :data:`BUDGETS_FILE` to ``out``; returns the largest floors."""
   rows, floor, at = measure(cells(noise, root))
   kept = budget_floors(at)
   by_budget = []
