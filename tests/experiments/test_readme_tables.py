@@ -93,7 +93,8 @@ def _gain(run: runs_lib.RunRecord) -> float:
   return rule.gain(curve, max(step for step, _ in curve))
 
 
-TRANSLATION_CELLS = {"Shaw (k = 16)": "shaw", "sinusoidal": "sinusoidal", "RoPE": "rope", "T5 bias": "t5"}
+TRANSLATION_CELLS = {"Shaw (k = 16)": "shaw", "sinusoidal": "sinusoidal", "RoPE": "rope", "T5 bias": "t5",
+                     "ALiBi (directional)": "alibi_directional"}
 
 
 def test_the_translation_curves_table_is_the_committed_runs(committed_workdirs):
