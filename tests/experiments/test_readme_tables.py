@@ -94,7 +94,7 @@ def _gain(run: runs_lib.RunRecord) -> float:
 
 
 TRANSLATION_CELLS = {"Shaw (k = 16)": "shaw", "sinusoidal": "sinusoidal", "RoPE": "rope", "T5 bias": "t5",
-                     "ALiBi (directional)": "alibi_directional"}
+                     "ALiBi (directional)": "alibi_directional", "a^K alone + sinusoids": "ak+sinusoidal"}
 
 
 def test_the_translation_curves_table_is_the_committed_runs(committed_workdirs):
@@ -162,3 +162,33 @@ def test_the_translation_curves_along_the_way_are_the_committed_records():
       early = [abs(committed[2_500] - retrain[2_500]) for committed, retrain in retrains]
       assert f"at 2,500 steps Shaw's pair is {early[0]:.3f} apart in validation loss, sinusoidal's {early[1]:.3f}" \
           in text, early
+
+
+def test_the_unplanned_twins_table_is_the_committed_attempts_and_restarts():
+  """The noise README's restarts after a lost checkpoint: each row's attempt (its committed
+  ``metrics.orphaned-*.jsonl``) against its restart (``metrics.jsonl``), at every validation evaluation both made."""
+  import statistics
+
+  from rpr.records import read_jsonl
+
+  def curve(path, metric):
+    return {r["step"]: r[metric] for r in read_jsonl(path) if metric in r and "test/loss" not in r}
+
+  rows = _table(RESULTS / "noise" / "README.md", "| run | attempt, restart (CPU) |")
+  assert len(rows) == 4, rows
+  cpus = {"AMD EPYC (avx2)": "AVX2", "AMD EPYC (avx512f)": "AVX-512", None: "not recorded"}
+  for name, cpu, evaluations, bleu, loss in rows:
+    run = RESULTS / name.strip("`")
+    attempts = sorted(run.glob("metrics.orphaned-*.jsonl"))
+    assert len(attempts) == 1, (name, attempts)
+    spans = list(read_jsonl(run / "processes.jsonl"))
+    restart = max(i for i, s in enumerate(spans) if s["from_step"] == 0)  # the last start from step 0
+    pair = [cpus[spans[i].get("cpu")] for i in (restart - 1, restart)]  # the attempt's last span, the restart's
+    assert cpu == ("not recorded" if pair == ["not recorded"] * 2 else ", ".join(pair)), (name, cpu, pair)
+    for text, metric, d in [(bleu, "validation/bleu", 2), (loss, "validation/loss", 3)]:
+      a, b = curve(attempts[0], metric), curve(run / "metrics.jsonl", metric)
+      steps = sorted(set(a) & set(b))
+      assert evaluations == f"{len(steps)}, to {steps[-1]:,}", (name, evaluations, len(steps), steps[-1])
+      diffs = [abs(a[s] - b[s]) for s in steps]
+      expected = "0 (0)" if max(diffs) == 0 else f"{max(diffs):.{d}f} ({statistics.median(diffs):.{d}f})"
+      assert text == expected, (name, metric, text, expected)
