@@ -192,3 +192,25 @@ def test_the_unplanned_twins_table_is_the_committed_attempts_and_restarts():
       diffs = [abs(a[s] - b[s]) for s in steps]
       expected = "0 (0)" if max(diffs) == 0 else f"{max(diffs):.{d}f} ({statistics.median(diffs):.{d}f})"
       assert text == expected, (name, metric, text, expected)
+
+
+def test_the_machine_check_is_its_records_and_the_committed_attempt_and_restart():
+  """The noise README's check of the machine: directional ALiBi seed 1's first 200 steps rerun here give its
+  restart's training loss bit for bit, its attempt's (another CPU) not, under any of the ISA caps tried."""
+  from rpr.records import read_jsonl
+
+  run = RESULTS / "translation" / "curves" / "alibi_directional" / "seed1"
+
+  def losses(records):
+    return [repr(r["train/loss"]) for r in records if "train/loss" in r and r["step"] in (100, 200)]
+
+  restart = losses(read_jsonl(run / "metrics.jsonl"))
+  attempt = losses(read_jsonl(next(run.glob("metrics.orphaned-*.jsonl"))))
+  checks = [losses(line["records"]) for line in read_jsonl(RESULTS / "noise" / "machine_check.jsonl")]
+  assert len(checks) == 3 and all(len(c) == 2 for c in checks), checks
+  assert checks[0] == restart and attempt != restart and all(c[0] != attempt[0] for c in checks)
+  text = " ".join((RESULTS / "noise" / "README.md").read_text().split())
+  said = (f"bit for bit: {restart[0]} at step 100 and {restart[1]} at step 200. Its attempt, on an AVX2 machine, "
+          f"recorded {attempt[0]} and {attempt[1]}.")
+  assert said in text, said
+  assert f"gives {checks[1][0]}, and capping oneDNN's too (`ONEDNN_MAX_CPU_ISA=AVX2`) {checks[2][0]}:" in text
