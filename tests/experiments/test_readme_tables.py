@@ -10,12 +10,14 @@ column.
 import json
 import pathlib
 import re
+import statistics
 
 import ml_collections
 
 from experiments import budgets
 from experiments import runs as runs_lib
 from rpr import plateau
+from rpr.records import read_jsonl
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
@@ -51,6 +53,11 @@ def _shorter(pool: list[runs_lib.RunRecord], run: runs_lib.RunRecord) -> runs_li
   twins = [r for r in pool if budgets.cell(r.config) == budgets.cell(run.config) and r.seed == run.seed]
   assert len(twins) == 1, (run.workdir, [t.workdir for t in twins])
   return twins[0]
+
+
+def _evaluations(path: pathlib.Path, metric: str) -> dict[int, float]:
+  """``metric`` at each evaluation a metrics file records, by step: the evaluations, not the final test record."""
+  return {r["step"]: r[metric] for r in read_jsonl(path) if metric in r and "test/loss" not in r}
 
 
 def _last(run: runs_lib.RunRecord, metric: str) -> float:
@@ -136,11 +143,8 @@ def test_a_table_ends_at_its_first_line_that_is_not_a_row(tmp_path):
 def test_the_translation_curves_along_the_way_are_the_committed_records():
   """The translation README's "along the way" numbers: Shaw (k = 16) against sinusoidal, seeds 0 and 1, at each
   validation evaluation from 10,000 to 20,000 steps, beside the seed 0 of each against its retrain on two devices."""
-  from rpr.records import read_jsonl
-
   def curve(folder, metric):
-    return {r["step"]: r[metric] for r in read_jsonl(RESULTS / folder / "metrics.jsonl")
-            if metric in r and "test/loss" not in r}  # the evaluations, not the final test record
+    return _evaluations(RESULTS / folder / "metrics.jsonl", metric)
 
   curves = "translation/curves/"
   text = " ".join((RESULTS / "translation" / "README.md").read_text().split())
@@ -168,13 +172,6 @@ def test_the_translation_curves_along_the_way_are_the_committed_records():
 def test_the_unplanned_twins_table_is_the_committed_attempts_and_restarts():
   """The noise README's restarts after a lost checkpoint: each row's attempt (its committed
   ``metrics.orphaned-*.jsonl``) against its restart (``metrics.jsonl``), at every validation evaluation both made."""
-  import statistics
-
-  from rpr.records import read_jsonl
-
-  def curve(path, metric):
-    return {r["step"]: r[metric] for r in read_jsonl(path) if metric in r and "test/loss" not in r}
-
   rows = _table(RESULTS / "noise" / "README.md", "| run | attempt, restart (CPU) |")
   assert len(rows) == 4, rows
   cpus = {"AMD EPYC (avx2)": "AVX2", "AMD EPYC (avx512f)": "AVX-512", None: "not recorded"}
@@ -187,7 +184,7 @@ def test_the_unplanned_twins_table_is_the_committed_attempts_and_restarts():
     pair = [cpus[spans[i].get("cpu")] for i in (restart - 1, restart)]  # the attempt's last span, the restart's
     assert cpu == ("not recorded" if pair == ["not recorded"] * 2 else ", ".join(pair)), (name, cpu, pair)
     for text, metric, d in [(bleu, "validation/bleu", 2), (loss, "validation/loss", 3)]:
-      a, b = curve(attempts[0], metric), curve(run / "metrics.jsonl", metric)
+      a, b = _evaluations(attempts[0], metric), _evaluations(run / "metrics.jsonl", metric)
       steps = sorted(set(a) & set(b))
       assert evaluations == f"{len(steps)}, to {steps[-1]:,}", (name, evaluations, len(steps), steps[-1])
       diffs = [abs(a[s] - b[s]) for s in steps]
@@ -198,8 +195,6 @@ def test_the_unplanned_twins_table_is_the_committed_attempts_and_restarts():
 def test_the_machine_check_is_its_records_and_the_committed_attempt_and_restart():
   """The noise README's check of the machine: directional ALiBi seed 1's first 200 steps rerun here give its
   restart's training loss bit for bit, its attempt's (another CPU) not, under any of the ISA caps tried."""
-  from rpr.records import read_jsonl
-
   run = RESULTS / "translation" / "curves" / "alibi_directional" / "seed1"
 
   def losses(records):
@@ -207,8 +202,14 @@ def test_the_machine_check_is_its_records_and_the_committed_attempt_and_restart(
 
   restart = losses(read_jsonl(run / "metrics.jsonl"))
   attempt = losses(read_jsonl(next(run.glob("metrics.orphaned-*.jsonl"))))
-  checks = [losses(line["records"]) for line in read_jsonl(RESULTS / "noise" / "machine_check.jsonl")]
-  assert len(checks) == 3 and all(len(c) == 2 for c in checks), checks
+  lines = list(read_jsonl(RESULTS / "noise" / "machine_check.jsonl"))
+  base = "--xla_cpu_multi_thread_eigen=false"
+  assert [line["env"] for line in lines] == [
+      {"XLA_FLAGS": base}, {"XLA_FLAGS": f"--xla_cpu_max_isa=AVX2 {base}"},
+      {"XLA_FLAGS": f"--xla_cpu_max_isa=AVX2 {base}", "ONEDNN_MAX_CPU_ISA": "AVX2"}]
+  assert {line["cpu"] for line in lines} == {"AMD EPYC (avx512f)"}, [line["cpu"] for line in lines]
+  checks = [losses(line["records"]) for line in lines]
+  assert all(len(c) == 2 for c in checks), checks
   assert checks[0] == restart and attempt != restart and all(c[0] != attempt[0] for c in checks)
   text = " ".join((RESULTS / "noise" / "README.md").read_text().split())
   said = (f"bit for bit: {restart[0]} at step 100 and {restart[1]} at step 200. Its attempt, on an AVX2 machine, "
