@@ -59,7 +59,14 @@ class Rule:
     return now - before if higher_is_better(self.metric) else before - now
 
   def reached(self, curve: Sequence[tuple[int, float]], step: int) -> bool:
-    """Whether the run has stopped improving at ``step`` (an evaluation step of ``curve``)."""
+    """Whether the run has stopped improving at ``step``; never at a step ``curve`` has no evaluation at.
+
+    Between evaluations the window's start can pass an older evaluation
+    while its end stays, so the gain there is not the one the rule was
+    fixed on (a run resumed at a step saved by a signal).
+    """
+    if step not in {s for s, _ in curve}:
+      return False
     gain = self.gain(curve, step)
     return step >= self.min_steps and gain is not None and gain < self.min_gain
 

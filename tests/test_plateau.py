@@ -30,6 +30,16 @@ def test_gain_is_the_smoothed_change_over_the_window_signed_by_the_metric():
   assert not lower.reached([(1, 50.0), (2, 45.0)], 2) and lower.reached([(1, 50.0), (2, 49.5)], 2)
 
 
+def test_the_rule_holds_only_at_an_evaluation_step():
+  # At step 3,000, after no evaluation since 2,000, the window starts past the evaluation at 1,500 and the
+  # gain there (0.6) is below min_gain, though at the last evaluation (1.6) it was not.
+  rule = plateau.Rule("validation/bleu", min_steps=0, window=0.5, min_gain=1.0)
+  curve = [(1000, 0.0), (1500, 1.0), (2000, 1.6)]
+  assert not rule.reached(curve, 2000) and rule.gain(curve, 3000) == pytest.approx(0.6)
+  assert not rule.reached(curve, 3000)
+  assert rule.reached([*curve, (3000, 1.6)], 3000)
+
+
 @pytest.mark.parametrize("metric", ["validation/bleu", "test/chrf", "valid/exact_match", "valid/perplexity"])
 def test_which_way_is_better_comes_from_the_metric_name(metric):
   assert plateau.higher_is_better(metric) == (not metric.endswith(("perplexity", "loss")))
@@ -101,3 +111,21 @@ def test_a_restart_evaluates_the_step_its_predecessor_saved_but_did_not_evaluate
   a, b = load_state(straight, 8), load_state(resumed, 8)
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_a_run_resumed_between_evaluations_trains_on_to_the_next_one(tmp_path, monkeypatch):
+  # SIGTERM during step 2 saves step 3, between the evaluations at 2 and 4. At 3 the window (0.25) starts at
+  # 2.25, past the evaluation at 2, so the gain there is defined (0 < min_gain) where at 2 it was not: the
+  # restart must not stop at 3, but train to 4 and stop there, as the straight run does.
+  config = dict(PLATEAU, num_train_steps=8, eval_every_steps=2, log_every_steps=1, plateau_min_steps=0,
+                plateau_window=0.25, final_eval_splits=())
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  assert train.train_and_evaluate(tiny_config(**config), str(straight))["step"] == 4
+  with monkeypatch.context() as m:
+    m.setitem(data.REGISTRY, "copy", data.Entry(lambda c: _SigtermAt(c, step=2)))
+    assert train.train_and_evaluate(tiny_config(**config), str(resumed))["step"] == 3
+  out = train.train_and_evaluate(tiny_config(**config), str(resumed))
+  assert out["step"] == 4 and out["plateau/reached"] == 1.0
+  timeless = lambda path: [{k: v for k, v in r.items() if k != "train/steps_per_sec"}
+                           for r in read_jsonl(path / "metrics.jsonl")]
+  assert timeless(resumed) == timeless(straight)
