@@ -102,7 +102,8 @@ def _gain(run: runs_lib.RunRecord) -> float:
 
 TRANSLATION_CELLS = {"Shaw (k = 16)": "shaw", "sinusoidal": "sinusoidal", "RoPE": "rope", "T5 bias": "t5",
                      "ALiBi (directional)": "alibi_directional", "a^K alone + sinusoids": "ak+sinusoidal",
-                     "k = 0": "k=0"}
+                     "k = 0": "k=0", "k = 1": "k=1", "k = 2": "k=2", "k = 64": "k=64", "a^K alone": "av=off,ak=on",
+                     "a^V alone": "av=on,ak=off"}
 
 
 def test_the_translation_curves_table_is_the_committed_runs(committed_workdirs):
