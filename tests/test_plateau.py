@@ -57,6 +57,11 @@ def test_bad_plateau_settings_fail_naming_the_key(overrides, message):
     run_config.validate(tiny_config(**overrides), num_devices=1)
 
 
+def _timeless(workdir):
+  """A workdir's metrics.jsonl records without their wall-clock step rates."""
+  return [{k: v for k, v in r.items() if k != "train/steps_per_sec"} for r in read_jsonl(workdir / "metrics.jsonl")]
+
+
 # The valid loss of the tiny run falls by far less than 100 per window: the rule holds at the first
 # evaluation step >= plateau_min_steps where the gain is defined (step 8).
 PLATEAU = dict(num_train_steps=40, eval_splits=("valid",), final_eval_splits=("long",), eval_every_steps=2,
@@ -105,9 +110,7 @@ def test_a_restart_evaluates_the_step_its_predecessor_saved_but_did_not_evaluate
     assert train.train_and_evaluate(tiny_config(**config), str(resumed))["stopped_by_signal"] == 1.0
   assert not [r for r in read_jsonl(resumed / "metrics.jsonl") if "valid/loss" in r]
   train.train_and_evaluate(tiny_config(**config), str(resumed))
-  timeless = lambda path: [{k: v for k, v in r.items() if k != "train/steps_per_sec"}
-                           for r in read_jsonl(path / "metrics.jsonl")]
-  assert timeless(resumed) == timeless(straight)  # the same records, each step once
+  assert _timeless(resumed) == _timeless(straight)  # the same records, each step once
   a, b = load_state(straight, 8), load_state(resumed, 8)
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
@@ -126,6 +129,4 @@ def test_a_run_resumed_between_evaluations_trains_on_to_the_next_one(tmp_path, m
     assert train.train_and_evaluate(tiny_config(**config), str(resumed))["step"] == 3
   out = train.train_and_evaluate(tiny_config(**config), str(resumed))
   assert out["step"] == 4 and out["plateau/reached"] == 1.0
-  timeless = lambda path: [{k: v for k, v in r.items() if k != "train/steps_per_sec"}
-                           for r in read_jsonl(path / "metrics.jsonl")]
-  assert timeless(resumed) == timeless(straight)
+  assert _timeless(resumed) == _timeless(straight)
