@@ -48,6 +48,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.learning_rate = 3e-3  # peak rate for rsqrt/constant/cosine; the multiplier of d_model^-0.5 ... for vaswani
   c.schedule = "rsqrt"  # vaswani (paper eq. 3), rsqrt (peak = learning_rate at warmup_steps), constant or cosine
   c.warmup_steps = 200  # linear warm-up steps
+  # A linear cool-down to 0 over this fraction of num_train_steps, on top of the schedule (0: none; rpr/optim.py).
+  c.cooldown_fraction = 0.0
   c.adam_b1 = 0.9  # Adam beta1 (Vaswani et al.)
   c.adam_b2 = 0.98  # Adam beta2 (Vaswani et al.)
   c.adam_eps = 1e-9  # Adam epsilon (Vaswani et al.)

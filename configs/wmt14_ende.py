@@ -43,8 +43,9 @@ Expected result: the paper's numbers, minus what differs here. Shaw report
 tensor2tensor's BLEU on tokenised text, which is typically higher than
 sacrebleu's detokenised BLEU for the same output; and on fewer than 8 devices
 a step holds fewer tokens (raise ``tokens_per_device`` if memory allows). As
-in the paper, the final evaluation scores the mean of the last 5 (base) or
-20 (big) checkpoints (``average_last``).
+in the paper, the final evaluation also scores the mean of the last 5 (base)
+or 20 (big) checkpoints (``average_last``: ``test_avg/bleu`` beside the final
+state's ``test/bleu``).
 What should reproduce is the shape: relative >= absolute in Table 1, k = 0
 far below every k >= 1 and flat from k = 2 on in Table 2, and in Table 3 a^K
 mattering more than a^V.
@@ -225,4 +226,4 @@ def _tiny(c: ml_collections.ConfigDict, settings: dict) -> None:
   c.eval_every_steps = 4
   c.log_every_steps = 2
   c.checkpoint_every_steps = 2
-  c.average_last = c.keep_checkpoints = 2  # the final evaluation scores the mean of steps 2 and 4
+  c.average_last = c.keep_checkpoints = 2  # the final evaluation also scores the mean of steps 2 and 4

@@ -24,6 +24,8 @@ Registered:
   ``translation_table1`` / ``2`` / ``3``, ``translation_short`` (Bible FR-EN), and
   ``translation_absolute``: Shaw's relative attention with the absolute sinusoids added back.
 * Learning curves: ``lm_curves`` (4x the LM's steps) and ``translation_curves`` (to a plateau rule).
+* The pilots of experiments/results/protocol.md: ``translation_pilot`` (the budget, with a cool-down) and
+  ``lm_pilot`` (the LM's size).
 """
 
 from __future__ import annotations
@@ -313,3 +315,46 @@ register(Sweep(
                                steps=("validation/bleu", "validation/loss"), judge=("test/loss",)),
     results="translation/curves",
     shorter=("translation_table1", "translation_table2", "translation_table3", "translation_absolute")))
+
+# The pilots of experiments/results/protocol.md, run before the five-seed tables: they fix the budget every cell
+# then trains. Translation: Shaw (k = 16) and sinusoidal, 2 seeds, at 4,000, 8,000 and 16,000 steps, the Vaswani
+# schedule cooled down linearly to 0 over the last 20%; validation BLEU (greedy) and loss at every eighth of the
+# budget; at the end test BLEU by beam search (4, alpha 0.6) of the final state and of the mean of the last 5
+# checkpoints (one every 2% of the budget).
+PILOT_BUDGETS = (4_000, 8_000, 16_000)
+COOLDOWN = 0.2
+
+
+def ending(steps: int, evals: int = 8) -> tuple[tuple[str, Any], ...]:
+  """The protocol's budget overrides: ``steps`` with a cool-down, ``evals`` curve points, the last 5 averaged."""
+  return (("num_train_steps", steps), ("cooldown_fraction", COOLDOWN), ("eval_every_steps", steps // evals),
+          ("checkpoint_every_steps", steps // 50), ("keep_checkpoints", 5), ("average_last", 5))
+
+
+_GREEDY_CURVE = (("decode_method", "greedy"), ("final_decode_method", "beam"))
+register(Sweep(
+    "translation_pilot", "Protocol pilot: Shaw (k = 16) and sinusoidal on Bible FR-EN at 4,000, 8,000, 16,000 steps "
+    "with a cool-down, 2 seeds",
+    tuple(Run(f"{cell},steps={b}", "configs/translation.py", variant, ending(b) + _GREEDY_CURVE, seed=s)
+          for b in PILOT_BUDGETS for s in (0, 1) for cell, variant in (("shaw", "pe=shaw,k=16"),
+                                                                        ("sinusoidal", "pe=sinusoidal"))),
+    report=dataclasses.replace(TRANSLATION_REPORT, also=("test/loss", "test_avg/bleu", *TRANSLATION_REPORT.also),
+                               steps=("validation/bleu", "validation/loss")),
+    results="pilot/translation"))
+# The LM pilot: the model size that puts Shaw (k = 16) clearly ahead of the Kneser-Ney 6-gram (seed 0 of each size
+# at 8,000 steps), then that size's budget (8,000 against 16,000 steps, 2 seeds). The cosine schedule ends by itself.
+LM_SIZES = {"L2d128": (), "L4d128": (("model.num_decoder_layers", 4),),
+            "L2d256": (("model.d_model", 256), ("model.num_heads", 8), ("model.d_ff", 1024))}
+_LM_FINAL = (("eval_splits", ("validation",)), ("final_eval_splits", tuple(m.split("/")[0] for m in _LM_TEST)))
+
+
+def _lm_budget(steps: int) -> tuple[tuple[str, Any], ...]:
+  return (("num_train_steps", steps), ("eval_every_steps", steps // 16), ("checkpoint_every_steps", steps // 16),
+          ("keep_checkpoints", 1)) + _LM_FINAL
+
+
+register(Sweep(
+    "lm_pilot", "Protocol pilot: LM model sizes (seed 0, 8,000 steps), then the budget of the chosen size",
+    tuple(Run(f"shaw,{size},steps=8000", "configs/lm.py", "pe=shaw,k=16", LM_SIZES[size] + _lm_budget(8_000))
+          for size in ("L4d128", "L2d256")),
+    report=dataclasses.replace(LM_REPORT, steps=("validation/perplexity",)), results="pilot/lm"))

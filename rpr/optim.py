@@ -12,6 +12,13 @@ rate; they use ``s = t + 1`` so the first update is not taken with rate 0.
 * ``cosine``: the same warm-up, then a cosine decay to 0 at ``config.num_train_steps``:
   ``lr = learning_rate * (1 + cos(pi * (s - warmup) / (total - warmup))) / 2``.
   Short runs end sharper when the rate reaches 0.
+
+``config.cooldown_fraction = f > 0`` ends any of them at 0: over the last
+``f * total`` updates the rate is multiplied by a linear ramp from 1 to 0,
+``min(1, (total - t) / (f * total))`` (a "cool-down", as in warmup-stable-decay
+schedules). Before the cool-down starts the rate does not depend on
+``total``, so runs of different budgets share their first ``(1 - f) * total``
+updates.
 """
 
 from __future__ import annotations
@@ -56,8 +63,24 @@ def cosine(learning_rate: float, warmup_steps: int, total_steps: int) -> optax.S
   return schedule
 
 
+def cooldown(schedule: optax.Schedule, fraction: float, total_steps: int) -> optax.Schedule:
+  """``schedule`` times a linear ramp from 1 to 0 over the last ``fraction`` of ``total_steps`` updates."""
+  length = fraction * total_steps
+
+  def cooled(count):
+    t = jnp.asarray(count, jnp.float32)
+    return schedule(count) * jnp.clip((total_steps - t) / length, 0.0, 1.0)
+  return cooled
+
+
 def make_schedule(config, d_model: int) -> optax.Schedule:
-  """The schedule named ``config.schedule`` (see the module docstring)."""
+  """The schedule named ``config.schedule``, with ``config.cooldown_fraction``'s cool-down (module docstring)."""
+  base = _base_schedule(config, d_model)
+  fraction = config.get("cooldown_fraction", 0.0)
+  return cooldown(base, fraction, config.num_train_steps) if fraction > 0 else base
+
+
+def _base_schedule(config, d_model: int) -> optax.Schedule:
   name, lr, warmup = config.schedule, config.learning_rate, config.warmup_steps
   if name == "vaswani":
     return vaswani(lr, d_model, warmup)

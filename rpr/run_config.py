@@ -33,8 +33,8 @@ from rpr.data import synthetic
 
 DECODE_METHODS = ("greedy", "beam")
 # Keys a resumed run may change: how far it trains, how often it logs, evaluates and saves, and how it
-# evaluates. The updates stay those of a straight run, except num_train_steps under the cosine schedule,
-# which decays to 0 at num_train_steps (so it is safe only for the other schedules).
+# evaluates. The updates stay those of a straight run, except num_train_steps under the cosine schedule or a
+# cool-down (cooldown_fraction > 0), which decay to 0 at num_train_steps (so it is safe only without them).
 PLATEAU_KEYS = ("plateau_metric", "plateau_min_steps", "plateau_window", "plateau_min_gain", "plateau_smoothing")
 RESUME_SAFE_KEYS = ("num_train_steps", "eval_every_steps", "log_every_steps", "checkpoint_every_steps",
                     "keep_checkpoints", "eval_splits", "final_eval_splits", "eval_batch_size", "max_eval_batches",
@@ -45,10 +45,10 @@ RESUME_SAFE_KEYS = ("num_train_steps", "eval_every_steps", "log_every_steps", "c
 # (rpr.data.register(keys=...)), and a config key that neither reads is refused.
 ENGINE_KEYS = ("dataset", "seed", "batch_size", "eval_batch_size", "eval_splits", "final_eval_splits",
                "max_eval_batches", "eval_by_length", "source_length_buckets", "model", "optimizer", "learning_rate",
-               "schedule", "warmup_steps", "adam_b1", "adam_b2", "adam_eps", "weight_decay", "grad_clip_norm",
-               "label_smoothing", "num_train_steps", "eval_every_steps", "decode_method", "decode_extra_length",
-               "beam_size", "beam_alpha", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
-               "final_decode_method", "average_last", "tensorboard", *PLATEAU_KEYS)
+               "schedule", "cooldown_fraction", "warmup_steps", "adam_b1", "adam_b2", "adam_eps", "weight_decay",
+               "grad_clip_norm", "label_smoothing", "num_train_steps", "eval_every_steps", "decode_method",
+               "decode_extra_length", "beam_size", "beam_alpha", "log_every_steps", "checkpoint_every_steps",
+               "keep_checkpoints", "final_decode_method", "average_last", "tensorboard", *PLATEAU_KEYS)
 
 
 def evaluated_splits(config, final: bool = True) -> tuple[str, ...]:
@@ -226,6 +226,7 @@ def _validate(config, num_devices: int) -> None:
   _choice(config, "schedule", optim.SCHEDULES)
   _real(config, "learning_rate", 0.0, lo_open=True)
   _int(config, "warmup_steps", 1)
+  _real(config, "cooldown_fraction", 0.0, 1.0)
   _real(config, "adam_b1", 0.0, 1.0)
   _real(config, "adam_b2", 0.0, 1.0)
   _real(config, "adam_eps", 0.0, lo_open=True)
@@ -288,14 +289,19 @@ def _flat(tree: dict, prefix: str = "") -> dict:
   return out
 
 
+# Top-level keys added after runs were committed, with the value that gives what those runs did.
+ADDED_KEYS = {"cooldown_fraction": 0.0}
+
+
 def migrate(recorded: dict) -> dict:
   """A recorded config (``config.json``) in the shape this module reads: each scheme's options in ``model.<scheme>``.
 
   Options held in one dict for every scheme, ``model.position_options``, go
   each to the scheme that declares it (``model.<scheme>`` wins where both give
   one). An option a record lacks is set to its default, which is how a run
-  without that option ran.
+  without that option ran; so is a top-level key added since (``ADDED_KEYS``).
   """
+  recorded = {**ADDED_KEYS, **recorded}
   model = recorded.get("model")
   if not isinstance(model, dict):
     return recorded
@@ -356,7 +362,8 @@ def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False, tr
                       "dotted below model (model.dropout_rate)")
   if not resumed:
     return
-  safe = set(RESUME_SAFE_KEYS) - ({"num_train_steps"} if config.get("schedule") == "cosine" else set())
+  ends = config.get("schedule") == "cosine" or config.get("cooldown_fraction", 0.0) > 0  # the rate depends on the end
+  safe = set(RESUME_SAFE_KEYS) - ({"num_train_steps"} if ends else set())
   changed = sorted(k for k in old.keys() | new.keys() if k not in old or k not in new or old[k] != new[k])
   show = lambda d, k: repr(d[k]) if k in d else "(absent)"
   refused = [k for k in changed if k not in safe | set(allow_changes)]

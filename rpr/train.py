@@ -224,17 +224,16 @@ def _evaluate_and_write(run: _Run, writer, step: int, final: bool) -> dict[str, 
   """
   config, rule = run.config, plateau.Rule.from_config(run.config)
   t0 = time.time()
-  params = _final_params(run, step) if final else run.state.params
-  results = _evaluate(run, config.eval_splits, run.predict_fn, params)
+  results = _evaluate(run, config.eval_splits, run.predict_fn, run.state.params)
   reached = False
   if rule is not None and not final:
     curve = plateau.curve(run.records, rule.metric) + [(step, results[rule.metric])]
     if (gain := rule.gain(curve, step)) is not None:
       results["plateau/gain"] = gain
     reached = _agreed(rule.reached(curve, step))
-  if final or not reached:
-    results.update(_evaluate(run, config.get("final_eval_splits", ()) if final else (), run.final_predict_fn,
-                             params))
+  if final:
+    results.update(_evaluate(run, config.get("final_eval_splits", ()), run.final_predict_fn, run.state.params))
+    results.update(_averaged(run, step, config.eval_splits))
   if results:
     _write(run, writer, step, results)
     logging.info("eval step %d (%.1fs): %s", step, time.time() - t0,
@@ -261,9 +260,8 @@ def _finish_at_plateau(run: _Run, writer, step: int) -> dict[str, float]:
   logging.info("Plateau reached at step %d (config.plateau_metric %s): the final evaluation.", step,
                run.config.plateau_metric)
   t0 = time.time()
-  params = _final_params(run, step)
-  results = {**_evaluate(run, run.config.get("final_eval_splits", ()), run.final_predict_fn, params),
-             "plateau/reached": 1.0}
+  results = {**_evaluate(run, run.config.get("final_eval_splits", ()), run.final_predict_fn, run.state.params),
+             **_averaged(run, step, run.config.eval_splits), "plateau/reached": 1.0}
   _write(run, writer, step, results)
   logging.info("final eval step %d (%.1fs): %s", step, time.time() - t0,
                ", ".join(f"{k} {v:.4f}" for k, v in results.items()))
@@ -277,19 +275,23 @@ def _evaluate(run: _Run, splits, predict_fn, params) -> dict[str, float]:
                   splits)
 
 
-def _final_params(run: _Run, step: int):
-  """The parameters the last evaluation scores: the state's, or with ``config.average_last = N > 1`` the mean of
-  the newest N checkpoints' at or before ``step`` (Vaswani et al.). The training state is left as it is."""
+def _averaged(run: _Run, step: int, splits) -> dict[str, float]:
+  """With ``config.average_last = N > 1``: ``splits`` and ``final_eval_splits`` scored again with the mean of the
+  newest N checkpoints' parameters at or before ``step`` (Vaswani et al.), as ``<split>_avg/<metric>``; the
+  final state's own scores keep their names. The training state is left as it is. N = 1: nothing."""
   n = run.config.get("average_last", 1)
   if n <= 1:
-    return run.state.params
+    return {}
   run.ckpt.wait()
   steps = sorted(s for s in run.ckpt.manager.all_steps() if s <= step)[-n:]
   if len(steps) < n:
     logging.warning("config.average_last = %d, but only %d checkpoint(s) exist: averaging steps %s.", n,
                     len(steps), steps)
   logging.info("Evaluating the mean of the parameters of the checkpoints of steps %s.", steps)
-  return run.ckpt.average_params(run.abstract_state, steps)
+  params = run.ckpt.average_params(run.abstract_state, steps)
+  results = {**_evaluate(run, splits, run.predict_fn, params),
+             **_evaluate(run, run.config.get("final_eval_splits", ()), run.final_predict_fn, params)}
+  return {"{}_avg/{}".format(*k.split("/", 1)): v for k, v in results.items()}
 
 
 def _log(run: _Run, writer, history: list, done: int, rate: float) -> dict[str, float]:

@@ -1,5 +1,6 @@
-"""Checkpoint averaging (``config.average_last``): the final evaluation scores the mean of the last N checkpoints'
-parameters, the training state stays the unaveraged one, and a resumed run trains on from it."""
+"""Checkpoint averaging (``config.average_last``): the final evaluation scores the final state under the usual
+names and the mean of the last N checkpoints' parameters as ``<split>_avg/...``; the training state stays the
+unaveraged one, and a resumed run trains on from it."""
 
 import shutil
 
@@ -29,11 +30,14 @@ def averaged(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_the_final_evaluation_scores_the_mean_of_the_last_checkpoints_and_training_resumes_unaveraged(averaged,
-                                                                                                    tmp_path):
+def test_the_final_evaluation_scores_the_state_and_the_mean_of_the_last_checkpoints_and_training_resumes(averaged,
+                                                                                                      tmp_path):
   path, out, scored = averaged
   steps = [load_state(path, s) for s in (4, 6, 8)]
-  (params,) = scored
+  state, params = scored  # the final state's evaluation, then the average's
+  for key, value in _flat(state).items():
+    np.testing.assert_array_equal(np.asarray(value), steps[-1]["['params']" + key], err_msg=key)
+  assert out["valid_avg/loss"] != out["valid/loss"]
   flat = {k: v for k, v in _flat(params).items()}
   for key, value in flat.items():
     mean = np.mean([s["['params']" + key] for s in steps], axis=0)
@@ -44,9 +48,10 @@ def test_the_final_evaluation_scores_the_mean_of_the_last_checkpoints_and_traini
   # A run resumed after the averaged evaluation trains on from the unaveraged state: a straight run's.
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
   train.train_and_evaluate(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(straight))
-  # Its evaluation at step 8 is not its last, so it scores the unaveraged state of step 8: another number.
+  # Its evaluation at step 8 is not its last, so it scores the state of step 8 alone, as the averaged run's
+  # valid/loss does, and writes no average.
   (at_8,) = [r for r in read_jsonl(straight / "metrics.jsonl") if r["step"] == 8 and "valid/loss" in r]
-  assert out["valid/loss"] != at_8["valid/loss"]
+  assert out["valid/loss"] == at_8["valid/loss"] and "valid_avg/loss" not in at_8
   shutil.copytree(path, resumed)  # averaged evaluation at step 8
   train.train_and_evaluate(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(resumed))
   a, b = load_state(straight, 12), load_state(resumed, 12)

@@ -292,15 +292,29 @@ def test_allowed_changes_and_a_changed_environment_resume(runs, tmp_path, caplog
   assert json.loads((workdir / "config.json").read_text())["config"]["learning_rate"] == 0.02
 
 
-def test_cosine_makes_num_train_steps_unsafe_to_change(tmp_path):
+@pytest.mark.parametrize("ending", [dict(schedule="cosine"), dict(cooldown_fraction=0.2)], ids=["cosine", "cooldown"])
+def test_a_schedule_that_ends_makes_num_train_steps_unsafe_to_change(tmp_path, ending):
   workdir = tmp_path / "run"
   (workdir / "checkpoints" / "2").mkdir(parents=True)
-  config = tiny_config(schedule="cosine")
+  config = tiny_config(**ending)
   (workdir / "config.json").write_text(json.dumps({"config": json.loads(config.to_json_best_effort())}))
   config.num_train_steps += 10
   with pytest.raises(run_config.ConfigError, match=r"num_train_steps 40 -> 50"):
     run_config.validate(config, num_devices=1, workdir=str(workdir))
   run_config.validate(config, num_devices=1, workdir=str(workdir), allow_changes=["num_train_steps"])
+
+
+def test_a_record_from_before_the_cooldown_resumes_without_one_only(tmp_path):
+  workdir = tmp_path / "run"
+  (workdir / "checkpoints" / "2").mkdir(parents=True)
+  config = tiny_config()
+  record = json.loads(config.to_json_best_effort())
+  del record["cooldown_fraction"]
+  (workdir / "config.json").write_text(json.dumps({"config": record}))
+  run_config.validate(config, num_devices=1, workdir=str(workdir))
+  config.cooldown_fraction = 0.2
+  with pytest.raises(run_config.ConfigError, match=r"cooldown_fraction 0.0 -> 0.2"):
+    run_config.validate(config, num_devices=1, workdir=str(workdir))
 
 
 def test_a_position_option_added_since_the_record_resumes_at_its_default_only(tmp_path):

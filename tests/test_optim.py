@@ -35,6 +35,21 @@ def test_rsqrt_peaks_at_learning_rate_and_constant_warms_up():
   assert [float(c(i)) for i in (0, 4, 9, 1000)] == pytest.approx([0.05, 0.25, 0.5, 0.5])
 
 
+@pytest.mark.parametrize("name", optim.SCHEDULES)
+def test_a_cooldown_ramps_every_schedule_linearly_to_zero_and_leaves_the_steps_before_it_alone(name):
+  kw = dict(schedule=name, learning_rate=1e-2, warmup_steps=10, num_train_steps=1000)
+  plain = optim.make_schedule(_config(**kw), d_model=8)
+  cooled = optim.make_schedule(_config(**kw, cooldown_fraction=0.2), d_model=8)
+  longer = optim.make_schedule(_config(**dict(kw, num_train_steps=5000), cooldown_fraction=0.2), d_model=8)
+  for count in (0, 9, 500, 800):  # before the last 200 updates: the schedule itself
+    assert float(cooled(count)) == float(plain(count))
+    if name != "cosine":  # and, but for the cosine's own end, that of a longer budget
+      assert float(cooled(count)) == float(longer(count))
+  for count in (850, 900, 999):
+    np.testing.assert_allclose(float(cooled(count)), float(plain(count)) * (1000 - count) / 200, rtol=1e-6)
+  assert float(cooled(1000)) == 0.0
+
+
 def test_cosine_warms_up_then_decays_to_zero_at_the_last_step():
   s = optim.make_schedule(_config(schedule="cosine", learning_rate=1e-2, warmup_steps=10, num_train_steps=110),
                           d_model=8)

@@ -32,6 +32,7 @@ BAD = [
     (dict(min_length=0), r"config.min_length = 0 is not allowed; allowed: an int >= 1"),
     (dict(min_length=7), r"config.max_length = 6 is not allowed; allowed: an int >= 7 \(min_length\)"),
     (dict(weight_decay=math.inf), r"config.weight_decay = inf is not allowed"),
+    (dict(cooldown_fraction=1.5), r"config.cooldown_fraction = 1.5 is not allowed; allowed: a number >= 0.0 and <= 1"),
 ]
 
 
