@@ -27,6 +27,11 @@ so that ``jax.distributed.initialize()`` runs before JAX is used.
 import signal
 import sys
 
+if __name__ == "__main__":  # glibc's allocator setting first: it restarts the process (rpr/malloc.py)
+  from rpr import malloc
+
+  malloc.apply()
+
 # SIGTERM or Ctrl-C from the first line on: recorded here until rpr.stop takes over, so a run stopped while it
 # imports or compiles exits with status 3 and a workdir that resumes, never with the default 143.
 _EARLY_SIGNALS: list[int] = []

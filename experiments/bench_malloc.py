@@ -35,9 +35,10 @@ from experiments import machine
 from experiments import render
 from experiments import runs as runs_lib
 from experiments import settings as settings_lib
+from rpr import malloc
 from rpr.records import read_jsonl
 
-TUNED = "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647"
+TUNED = malloc.TUNABLES  # what run.py applies by itself
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +58,9 @@ def command(s: Settings, workdir: str, core: int) -> list[str]:
 
 
 def env(tunables: str) -> dict:
-  """This process's environment with ``GLIBC_TUNABLES`` set to ``tunables`` ("" for glibc's defaults)."""
-  out = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-  return {**out, "GLIBC_TUNABLES": tunables} if tunables else out
+  """This process's environment with ``GLIBC_TUNABLES`` set to ``tunables``: "" keeps glibc's defaults, since a
+  set variable, even empty, is run.py's opt-out from its own setting (rpr/malloc.py)."""
+  return {**os.environ, "GLIBC_TUNABLES": tunables}
 
 
 def steady_rate(records: list[dict]) -> float:

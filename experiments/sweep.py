@@ -6,26 +6,26 @@
   python -m experiments.sweep --list                  # the registered sweeps and their sizes
 
 Run from the repository root. Every run trains in its own workdir, ``<root>/<folder>/<run name>/seed<seed>``
-(``--root``, default ``workdirs/sweeps``); a cell that is another sweep's run with the same config (``Run.same_as``,
-e.g. Table 2's k = 16 and Table 1's Shaw row) uses that run's workdir, so it is trained once. A run whose workdir
-already holds its final evaluation is skipped, and an interrupted one resumes from its latest checkpoint, so
-re-running a sweep finishes whatever is left. A failing run is logged and the sweep goes on; the exit status is 1 if
-any run failed. ``--only NAME`` (one or more) and ``--seeds 0,1`` restrict the sweep. Compiled programs are kept in
-a persistent JAX cache (``--compilation_cache``, default ``<root>/jax_cache``), so the seeds of one variant compile
-once. The printed commands set the same keys as the in-process runs (``--config.<key>=<value>``), and when the sweep
-is done the command of its report is printed; before it, the steps the unfinished runs have left and how long one
-process takes over them at the step rate of the runs in progress, evaluations included.
+(``--root``, default ``workdirs/sweeps``); a cell that is another sweep's run with the same config (``Run.same_as``)
+uses that run's workdir, so it is trained once. A finished run is skipped and an interrupted one resumes from its
+latest checkpoint, so re-running a sweep finishes whatever is left. A failing run is logged and the sweep goes on
+(exit status 1). Compiled programs are kept in a persistent JAX cache (``--compilation_cache``), so the seeds of
+one variant compile once. ``--print`` also prints the steps left, their hours, and the report's command.
 
-``--workers N`` first makes the files the runs share (generated data, vocabulary; ``rpr.data.prepare``), then trains
-N runs at once, each worker a process pinned to one core (:func:`pin_to_one_core`) taking every N-th run: XLA:CPU
-then runs one thread per worker, whatever the machine's core count (``--xla_cpu_multi_thread_eigen=false`` alone
-does not do that in jax 0.10.2). SIGTERM or Ctrl-C stops every run after its current step (each saves a checkpoint)
-and ends the whole sweep with exit status 3; the same command resumes it.
+``--workers N`` first makes the files the runs share (``rpr.data.prepare``), then trains N runs at once, each worker
+a process pinned to one core (:func:`pin_to_one_core`) taking every N-th run, so XLA:CPU runs one thread per worker
+(``--xla_cpu_multi_thread_eigen=false`` alone does not do that in jax 0.10.2). SIGTERM or Ctrl-C stops every run
+after its current step (each saves a checkpoint) and ends the sweep with exit status 3; the same command resumes it.
 """
 
 from __future__ import annotations
 
-import dataclasses
+if __name__ == "__main__":  # glibc's allocator setting first, for this process and its workers (rpr/malloc.py)
+  from rpr import malloc
+
+  malloc.apply()
+
+import dataclasses  # noqa: E402
 import importlib
 import pathlib
 import json

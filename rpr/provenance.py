@@ -11,7 +11,10 @@ from typing import Optional
 
 import jax
 
-CODE = ("rpr", "configs", "run.py")  # the tracked paths whose changes :func:`code_version` reports
+CODE = ("rpr", "configs", "run.py")
+# Recorded keys that do not change a run's numbers (the allocator setting: experiments/results/bench/malloc/), so
+# a resume where they differ is not logged as one that may not repeat a straight run.
+SAME_NUMBERS = ("glibc_tunables",)  # the tracked paths whose changes :func:`code_version` reports
 
 
 def code_version(root: Optional[str] = None) -> Optional[str]:
@@ -58,5 +61,6 @@ def environment() -> dict:
   # threading can change reduction orders: a result reproduces bit for bit with the same flags and cores.
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
   return {"num_devices": jax.device_count(), "num_processes": jax.process_count(),
-          "xla_flags": os.environ.get("XLA_FLAGS", ""), "cpu_cores": cores, "cpu": cpu_model(),
+          "xla_flags": os.environ.get("XLA_FLAGS", ""), "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
+          "cpu_cores": cores, "cpu": cpu_model(),
           "jax_version": jax.__version__, "code_version": code_version()}

@@ -378,6 +378,6 @@ def check_resume(config, workdir: str, allow_changes=(), quiet: bool = False, tr
     log = logging.info if k in safe else logging.warning
     log("Resuming %s with config.%s changed: %s -> %s.", workdir, k, show(old, k), show(new, k))
   for k, v in provenance.environment().items():
-    if k in record and record[k] != v:
+    if k in record and record[k] != v and k not in provenance.SAME_NUMBERS:
       logging.warning("Resuming %s with %s %r, recorded %r: the run goes on, but may not repeat a straight run bit "
                       "for bit.", workdir, k, v, record[k])
