@@ -129,8 +129,10 @@ def test_tiny_variant_trains_decodes_with_beam_search_and_scores_bleu_on_raw_ref
   assert json.loads((workdir / "config.json").read_text())["config"]["dataset"] == "wmt14"
   # Beam search (beam 4, alpha 0.6) decoded the validation batch ...
   assert beams and all(b["beam_size"] == 4 and b["alpha"] == 0.6 for b in beams)
-  # ... and BLEU scored its hypotheses against the raw reference texts, in eval order.
-  (hyps, refs), = scored
+  # ... and BLEU scored its hypotheses against the raw reference texts, in eval order: the final state's, then
+  # those of the mean of the last 2 checkpoints (average_last).
+  (hyps, refs), (avg_hyps, avg_refs) = scored
+  assert avg_refs == refs and results["validation_avg/bleu"] == pytest.approx(bleu(avg_hyps, refs))
   assert len(hyps) == config.eval_batch_size  # max_eval_batches = 1
   assert refs == task.references("validation")[:len(hyps)]
   assert results["step"] == 4
