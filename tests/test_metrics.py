@@ -38,6 +38,36 @@ def test_loss_is_zero_when_predicting_the_smoothed_targets_and_plain_ce_without_
   np.testing.assert_allclose(float(loss_sum), -(1.0 - math.log(1 + math.e + math.e ** 2)), rtol=1e-6)
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_the_fused_loss_and_its_gradient_equal_the_explicit_smoothed_distribution(eps):
+  import jax
+
+  rng = np.random.default_rng(int(eps * 10))
+  logits = jnp.asarray(rng.normal(size=(3, 5, 11)) * 3, jnp.float32)
+  targets = jnp.asarray(rng.integers(0, 11, size=(3, 5)))
+
+  def explicit(z):  # -sum_v q_v log p_v - H(q), with q formed
+    q = metrics.smoothed_targets(targets, 11, eps)
+    loss = -jnp.sum(q * jax.nn.log_softmax(z), axis=-1) - metrics.smoothing_entropy(11, eps)
+    return jnp.sum(loss * (targets != 0))
+
+  fused = lambda z: metrics.cross_entropy(z, targets, label_smoothing=eps)[0]
+  np.testing.assert_allclose(float(fused(logits)), float(explicit(logits)), rtol=2e-6)
+  np.testing.assert_allclose(np.asarray(jax.grad(fused)(logits)), np.asarray(jax.grad(explicit)(logits)),
+                             rtol=1e-5, atol=1e-6)
+
+
+def test_token_accuracy_is_argmax_accuracy_and_counts_a_gold_id_tied_for_the_top_as_correct():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(4, 6, 9)).astype(np.float32)  # no ties
+  targets = rng.integers(1, 9, size=(4, 6))
+  targets[:, 0] = logits[:, 0].argmax(-1)  # some certainly right
+  correct, _ = metrics.token_accuracy(jnp.asarray(logits), jnp.asarray(targets))
+  assert float(correct) == np.sum(logits.argmax(-1) == targets) > 4
+  tied = np.array([[[2.0, 5.0, 5.0, 1.0]]], np.float32)
+  assert float(metrics.token_accuracy(jnp.asarray(tied), jnp.asarray([[2]]))[0]) == 1.0  # argmax says 1
+
+
 def test_token_accuracy_counts_non_pad_tokens_only():
   logits = jnp.asarray(np.eye(5)[[3, 4, 2, 1]][None] * 5.0)  # argmax 3, 4, 2, 1
   targets = jnp.array([[3, 5, 2, 0]])  # right, wrong, right (EOS), PAD
