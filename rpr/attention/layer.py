@@ -56,6 +56,34 @@ def check_implementation(name: str) -> None:
     raise ValueError(f"unknown attention implementation {name!r}; allowed: {sorted(IMPLEMENTATIONS)}")
 
 
+def in_attention_schemes() -> list[str]:
+  """The scheme names this layer takes: those acting inside attention, and ``none``."""
+  return sorted(n for n, cls in positions.SCHEMES.items() if n == "none" or cls.acts_in_attention())
+
+
+def check_in_attention(scheme: positions.Scheme) -> None:
+  """Raises ``ValueError`` if ``scheme``, built from a name, encodes positions at the token embeddings.
+
+  Such a scheme's ``embed`` changes its input (sinusoidal, learned, shaw with
+  ``add_sinusoidal=True``); the layer never calls ``embed``, so it would drop
+  that encoding silently.
+  """
+  if type(scheme).embed is positions.Scheme.embed:
+    return
+  name = scheme.scheme_name
+  if type(scheme).acts_in_attention():  # acts in attention, and at the embeddings only with add_sinusoidal
+    if not getattr(scheme.options, "add_sinusoidal", True):
+      return
+    what = f"{name!r} with add_sinusoidal=True adds sinusoids that act"
+    instead = f"{name!r} with add_sinusoidal=False, another scheme"
+  else:
+    what, instead = f"{name!r} acts", "a scheme"
+  raise ValueError(f"position {what} on the token embeddings, not inside attention, and this layer never calls its "
+                   f"embed: add it to the layer's input with rpr.attention.positions.make({name!r}, ...).embed(x) "
+                   f"(as rpr.model does from model.position) and pass the layer {instead} that acts in attention, "
+                   f"or 'none'; allowed: {in_attention_schemes()}")
+
+
 class MultiHeadAttention(nn.Module):
   """Projections in, attention per head with a position scheme, projection out.
 
@@ -65,8 +93,13 @@ class MultiHeadAttention(nn.Module):
       (:data:`rpr.attention.positions.SCHEMES`), or a scheme module built by
       the caller (:func:`rpr.attention.positions.make`): an unbound one
       becomes this layer's own (Shaw's tables), a bound one is shared with
-      its owner (T5's bias, shared by the layers of a stack). Absolute
-      schemes do nothing here.
+      its owner (T5's bias, shared by the layers of a stack). A name must
+      be one of a scheme acting in attention, or ``none``
+      (:func:`in_attention_schemes`): a scheme that encodes positions at the
+      token embeddings (sinusoidal, learned, shaw with ``add_sinusoidal``)
+      raises ``ValueError``; add its ``embed`` to the layer's input instead.
+      A module is used as given: its ``terms`` act here, its ``embed`` is
+      the caller's to apply (:mod:`rpr.model` does, at the embeddings).
     position_options: with a scheme name, its options: its ``Options`` or a
       mapping of their fields, e.g. ``{"max_distance": 16}`` (None: defaults).
     max_length: longest position (learned tables; unused by the schemes acting in attention).
@@ -126,6 +159,7 @@ class MultiHeadAttention(nn.Module):
     if isinstance(scheme, str):
       scheme = positions.make(scheme, self.num_heads, head_dim, causal=self.causal, max_length=self.max_length,
                               options=self.position_options, name="position")
+      check_in_attention(scheme)
     terms = scheme.terms(query, key, q_offset)
     rate = 0.0 if deterministic else self.dropout_rate
     rng = self.make_rng("dropout") if rate > 0 else None

@@ -540,10 +540,12 @@ def test_bad_arguments_raise(rng, kw, match):
 OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, bucket_max_distance=16)}
 
 
-# Every registered scheme, plain or causal in turn (both for Shaw: the causal corner blocks); and a window
-# (restricted attention) with the schemes that act in attention in different ways (Shaw's tables, T5's
-# bias, RoPE's rotation).
-SCHEME_CASES = [(p, i % 2 == 1) for i, p in enumerate(sorted(positions.SCHEMES))]
+# Every registered scheme the layer takes by name (those acting in attention, and none; the absolute ones act
+# at the embeddings only, outside the layer), plain or causal in turn (both for Shaw: the causal corner blocks);
+# and a window (restricted attention) with the schemes that act in attention in different ways (Shaw's tables,
+# T5's bias, RoPE's rotation).
+IN_ATTENTION = sorted(p for p, cls in positions.SCHEMES.items() if p == "none" or cls.acts_in_attention())
+SCHEME_CASES = [(p, i % 2 == 1) for i, p in enumerate(IN_ATTENTION)]
 SCHEME_CASES += [("shaw", not dict(SCHEME_CASES)["shaw"])]
 
 

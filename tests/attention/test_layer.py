@@ -1,5 +1,8 @@
 """rpr.attention.MultiHeadAttention with every position scheme and implementation.
 
+Absolute schemes run through :class:`Block`: their ``embed`` on the inputs,
+then the layer with ``none`` (the layer refuses their names).
+
 Parameters come from ``random_variables`` (conftest: shapes by eval_shape,
 values from numpy) and every model is applied under jit: XLA compilation is
 what these tests spend their time on, so each compiles as little as it can.
@@ -30,8 +33,14 @@ KINDS = {"dot": ("dense", None), "additive": ("additive", None), "local": ("dens
          "chunked": ("chunked", None), "chunked_local": ("chunked", WINDOW)}
 
 
+def in_attention(position):
+  """The scheme the layer gets: absolute schemes act at the embeddings (:class:`Block`), so the layer gets 'none'."""
+  return position if positions.get(position).acts_in_attention() else "none"
+
+
 def layer(position, kind="dot", **kw):
   implementation, window = KINDS[kind]
+  position = in_attention(position)
   return MultiHeadAttention(num_heads=H, position=position, position_options=OPTIONS.get(position),
                             max_length=MAX_LENGTH, implementation=implementation, window=window, **kw)
 
@@ -51,13 +60,33 @@ def test_layer_tests_cover_every_registered_scheme():
   assert set(SCHEMES) == set(positions.SCHEMES), "add the new scheme to SCHEMES here and to COVERAGE in test_positions"
 
 
+class Block(nn.Module):
+  """``scheme.embed`` then the attention layer: absolute schemes do their work in the embed.
+
+  ``offset`` is the position of ``x[:, 0]`` (a decode step at position ``t`` passes ``t``).
+  """
+
+  position: str
+  kind: str
+  causal: bool
+  dtype: object = jnp.float32
+  decode: bool = False
+
+  @nn.compact
+  def __call__(self, x, key_valid=None, offset=0):
+    x = positions.make(self.position, H, F // H, max_length=MAX_LENGTH, options=OPTIONS.get(self.position),
+                       name="embed_position").embed(x.astype(self.dtype), offset)
+    return layer(self.position, self.kind, causal=self.causal, dtype=self.dtype, decode=self.decode,
+                 name="attention")(x, key_valid=key_valid)
+
+
 # ----------------------------------------------------------------------------
 # 5. Masks.
 
 
 @pytest.mark.parametrize("position,kind", SOME_KINDS)
 def test_causal_attention_leaks_nothing(random_variables, position, kind):
-  model = layer(position, kind, causal=True)
+  model = Block(position, kind, causal=True)
   x = inputs()
   params = random_variables(model, x)
   jac = np.asarray(jax.jit(jax.jacrev(lambda x: model.apply(params, x)))(x))[0, :, :, 0]  # [L, F, L, F]
@@ -74,16 +103,16 @@ def test_causal_attention_leaks_nothing(random_variables, position, kind):
 
 @pytest.mark.parametrize("position,kind", SOME_KINDS)
 def test_padded_keys_are_ignored(random_variables, position, kind):
-  model = layer(position, kind)
+  model = Block(position, kind, causal=False)
   x = np.asarray(inputs(batch=2))
   valid = jnp.asarray(np.arange(L)[None, :] < np.asarray([L, 3])[:, None])  # [b, k]
   params = random_variables(model, jnp.asarray(x))
   apply = jax.jit(lambda x: model.apply(params, x, key_valid=valid, mutable=["intermediates"]))
   out, state = apply(jnp.asarray(x))
   if KINDS[kind][0] == "chunked":  # forms no weights, so sows none
-    assert "attention_weights" not in state.get("intermediates", {})
+    assert "attention" not in state.get("intermediates", {})
   else:
-    (weights,) = state["intermediates"]["attention_weights"]
+    (weights,) = state["intermediates"]["attention"]["attention_weights"]
     weights = np.asarray(weights)
     assert np.all(weights[1, :, :, 3:] == 0.0)  # exactly zero
     assert np.all(weights[1, :, :, :3].sum(-1) > 0.99)
@@ -97,22 +126,6 @@ def test_padded_keys_are_ignored(random_variables, position, kind):
 
 # ----------------------------------------------------------------------------
 # 6. jit, grad, bfloat16.
-
-
-class Block(nn.Module):
-  """``scheme.embed`` then the attention layer: absolute schemes do their work in the embed."""
-
-  position: str
-  kind: str
-  causal: bool
-  dtype: object = jnp.float32
-
-  @nn.compact
-  def __call__(self, x, key_valid):
-    x = positions.make(self.position, H, F // H, max_length=MAX_LENGTH, options=OPTIONS.get(self.position),
-                       name="embed_position").embed(x.astype(self.dtype))
-    return layer(self.position, self.kind, causal=self.causal, dtype=self.dtype, name="attention")(
-        x, key_valid=key_valid)
 
 
 @pytest.mark.parametrize("position,kind", SOME_KINDS)
@@ -159,21 +172,21 @@ def test_shaw_with_additive_raises(random_variables):
 @pytest.mark.parametrize("position,kind", SOME_KINDS)
 def test_decode_matches_full_causal_pass(random_variables, position, kind):
   x = inputs(batch=2)
-  decoder = layer(position, kind, causal=True, decode=True)
+  decoder = Block(position, kind, causal=True, decode=True)
   variables = random_variables(decoder, x)  # a full-length input sizes the cache
   params, cache = variables["params"], variables["cache"]
-  full = jax.jit(layer(position, kind, causal=True).apply)({"params": params}, x)
+  full = jax.jit(Block(position, kind, causal=True).apply)({"params": params}, x)
 
   @jax.jit
-  def step(cache, token):
-    out, state = decoder.apply({"params": params, "cache": cache}, token, mutable=["cache"])
+  def step(cache, token, t):
+    out, state = decoder.apply({"params": params, "cache": cache}, token, offset=t, mutable=["cache"])
     return out, state["cache"]
 
   outs = []
   for t in range(L):
-    out, cache = step(cache, x[:, t:t + 1])
+    out, cache = step(cache, x[:, t:t + 1], jnp.int32(t))
     outs.append(out)
-  assert int(cache["cache_index"]) == L
+  assert int(cache["attention"]["cache_index"]) == L
   np.testing.assert_allclose(np.concatenate(outs, axis=1), np.asarray(full), rtol=1e-5, atol=1e-5)
 
 
@@ -226,6 +239,52 @@ def test_shaw_layer_matches_reference(random_variables, share_heads, implementat
   assert p["key_table"].shape == ((3, 4) if share_heads else (H, 3, 4))
   got, want = both(params, x)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# A scheme name the layer takes adds position information; one acting at the embeddings raises.
+
+# Every registered scheme by name, and Shaw's with its sinusoids at the embeddings.
+NAMED = [(s, OPTIONS.get(s)) for s in sorted(positions.SCHEMES)] + [("shaw", {**OPTIONS["shaw"],
+                                                                              "add_sinusoidal": True})]
+PERMUTATION = np.array([3, 0, 4, 1, 2])
+
+
+@pytest.mark.parametrize("position,options", NAMED)
+def test_a_scheme_name_either_raises_or_makes_the_layer_see_order(random_variables, position, options):
+  x = inputs(batch=2)
+  scheme = positions.make(position, H, F // H, max_length=MAX_LENGTH, options=options)
+  embedded, _ = scheme.init_with_output(jax.random.PRNGKey(0), x, method="embed")
+  model = MultiHeadAttention(num_heads=H, position=position, position_options=options, max_length=MAX_LENGTH)
+  if np.any(np.asarray(embedded) != np.asarray(x)):  # its encoding acts at the embeddings: the name is refused
+    with pytest.raises(ValueError, match=rf"^position '{position}'.* on the token embeddings, not inside attention, "
+                                         r".*\.embed\(x\) .*allowed: \['alibi', 'alibi_directional', 'none', "
+                                         r"'rope', 'shaw', 't5'\]"):
+      random_variables(model, x)
+    return
+  out, out_p = map(np.asarray, jax.jit(lambda p: (model.apply(p, x), model.apply(p, x[:, PERMUTATION])))(
+      random_variables(model, x)))
+  moved = out[:, PERMUTATION]
+  scale = np.max(np.abs(out))
+  assert np.max(np.abs(moved - out)) > 0.1 * scale  # the permutation moves distinct rows
+  if position == "none":  # permuting the positions permutes the output rows, to float rounding
+    np.testing.assert_allclose(out_p, moved, rtol=0, atol=1e-5 * scale)
+  else:  # order-sensitive, by far more than float rounding (~1e-7 of the scale; ALiBi's small slopes give ~3e-2)
+    assert np.max(np.abs(out_p - moved)) > 1e-3 * scale, (position, np.max(np.abs(out_p - moved)) / scale)
+
+
+def test_a_scheme_module_acting_at_the_embeddings_is_used_as_given(random_variables):
+  # The model passes scheme modules (rpr.blocks): an absolute one is its embed's business, not refused here.
+  x = inputs()
+  scheme = positions.make("shaw", H, F // H, options={**OPTIONS["shaw"], "add_sinusoidal": True}, parent=None)
+  model = MultiHeadAttention(num_heads=H, position=scheme)
+  named = MultiHeadAttention(num_heads=H, position="shaw", position_options=OPTIONS["shaw"])
+  params = random_variables(model, x)
+  assert params["params"]["position"]["key_table"].shape == (H, 5, F // H)
+  got, want = jax.jit(lambda p: (model.apply(p, x), named.apply(p, x)))(params)
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  sinusoidal = positions.make("sinusoidal", H, F // H, parent=None)
+  assert random_variables(MultiHeadAttention(num_heads=H, position=sinusoidal), x)["params"].get("position") is None
 
 
 # ----------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Each behaviour is checked through a small model that uses the scheme like a
 Transformer would: ``scheme.embed`` on the token embeddings, then a
-MultiHeadAttention self-attention layer with the same scheme inside.
+MultiHeadAttention self-attention layer with the same scheme inside (``none``
+for an absolute scheme, which acts at the embeddings only).
 """
 
 import dataclasses
@@ -31,6 +32,7 @@ _EVERY_SCHEME = (
     "test_layer.py::test_padded_keys_are_ignored",
     "test_layer.py::test_jit_grad_bfloat16",
     "test_layer.py::test_decode_matches_full_causal_pass",
+    "test_layer.py::test_a_scheme_name_either_raises_or_makes_the_layer_see_order",
 )
 COVERAGE = {
     "none": _EVERY_SCHEME + ("test_positions.py::test_no_position_layer_is_permutation_equivariant",),
@@ -175,7 +177,7 @@ def embed_chars(text):
 
 
 class Encoder(nn.Module):
-  """``scheme.embed`` (absolute schemes add positions here), then attention with the scheme inside."""
+  """``scheme.embed`` (absolute schemes add positions here), then attention with the scheme inside (or none)."""
 
   position: str
 
@@ -183,7 +185,9 @@ class Encoder(nn.Module):
   def __call__(self, x, key_valid=None):
     x = positions.make(self.position, H, F // H, max_length=MAX_LENGTH, options=OPTIONS.get(self.position),
                        name="embed_position").embed(x)
-    return MultiHeadAttention(num_heads=H, position=self.position, position_options=OPTIONS.get(self.position),
+    # The layer takes the schemes acting in attention by name; an absolute one has acted above, so it gets 'none'.
+    inside = self.position if positions.get(self.position).acts_in_attention() else "none"
+    return MultiHeadAttention(num_heads=H, position=inside, position_options=OPTIONS.get(inside),
                               max_length=MAX_LENGTH, name="attention")(x, key_valid=key_valid)
 
 
