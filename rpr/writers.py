@@ -14,6 +14,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+# Before clu imports TensorFlow: its INFO lines (the oneDNN notice) stay out of a run's log; warnings and errors
+# still show. A value the user set is kept.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
 
 def _plain(value: Any) -> Any:
   """A JSON value: numbers as float/int, non-finite floats as the strings "nan"/"inf"/"-inf"."""

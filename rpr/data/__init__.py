@@ -30,9 +30,14 @@ addresses for language modelling, ``task.is_lm``; see :mod:`rpr.data.sotu`).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Callable, Optional
 
 from rpr.data.task import Task
+
+# Before any data set imports TensorFlow (through TFDS): TensorFlow's INFO lines (the oneDNN notice) stay out of
+# a run's log; warnings and errors still show. A value the user set is kept.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 
 class DataError(RuntimeError):

@@ -39,6 +39,8 @@ from tensorflow_datasets.proto import tf_example_pb2
 
 from rpr.data.task import EOS, PAD, CharVocab
 
+tfds.display_progress_bar(False)  # no TFDS progress bars in a run's log
+
 # Operators the builder knows: the character written in the input, the word
 # used in config names, and the integer function. Every character here is in
 # VOCAB_CHARS so all configs share one vocabulary (and one model's embedding).

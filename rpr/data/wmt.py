@@ -43,6 +43,8 @@ from absl import logging
 from rpr.data import sentencepiece_vocab
 from rpr.data.text import DEFAULT_MAX_LENGTH, TokenizedPairs, TranslationTask, tokenize_pairs
 
+tfds.display_progress_bar(False)  # no TFDS progress bars in a run's log
+
 DEFAULT_VOCAB_SIZE = 32_768
 DEFAULT_TOKENS_PER_BATCH = 25_000
 
