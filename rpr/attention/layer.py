@@ -94,7 +94,7 @@ class MultiHeadAttention(nn.Module):
       the caller (:func:`rpr.attention.positions.make`): an unbound one
       becomes this layer's own (Shaw's tables), a bound one is shared with
       its owner (T5's bias, shared by the layers of a stack). A name must
-      be one of a scheme acting in attention, or ``none``
+      name a scheme acting in attention, or be ``none``
       (:func:`in_attention_schemes`): a scheme that encodes positions at the
       token embeddings (sinusoidal, learned, shaw with ``add_sinusoidal``)
       raises ``ValueError``; add its ``embed`` to the layer's input instead.
@@ -102,7 +102,7 @@ class MultiHeadAttention(nn.Module):
       the caller's to apply (:mod:`rpr.model` does, at the embeddings).
     position_options: with a scheme name, its options: its ``Options`` or a
       mapping of their fields, e.g. ``{"max_distance": 16}`` (None: defaults).
-    max_length: longest position (learned tables; unused by the schemes acting in attention).
+    max_length: longest position, passed to a named scheme (none of those acting in attention reads it).
     implementation: ``dense``, ``chunked`` or ``additive`` (:data:`IMPLEMENTATIONS`).
       Decode steps (one query against the cache) run dense.
     causal: mask keys after the query (decoder self-attention).
