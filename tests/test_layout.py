@@ -165,6 +165,7 @@ COVERED_BY = {
     "experiments/bench/hlo.py": "tests/experiments/test_bench_memory.py",
     "experiments/bench/memory.py": "tests/experiments/test_bench_memory.py",
     "experiments/bench/memory_readme.py": "tests/experiments/test_bench_memory.py",
+    "experiments/bench/step.py": "tests/experiments/test_bench_step.py",
     "experiments/hparams_view.py": "tests/test_hparams.py",
     "experiments/learning_curves.py": "tests/experiments/test_report.py",
     "experiments/machine.py": "tests/experiments/test_bench_attention.py",
