@@ -3,7 +3,7 @@
 Keys are flat except ``model``, which holds :class:`rpr.model.ModelConfig`'s
 fields by name, and beside them one dict per position scheme with options:
 ``model.<scheme>`` holds the fields of that scheme's ``Options`` dataclass
-(rpr/attention/positions.py), which is where their defaults and meanings
+(rpr/attention/positions/<scheme>.py), which is where their defaults and meanings
 live. The model takes the options of the schemes it uses
 (``model.position``, ``model.cross_position``). Override any key on the
 command line: ``--config.num_train_steps=100``, ``--config.model.d_model=128``,
@@ -100,7 +100,7 @@ def _model() -> ml_collections.ConfigDict:
   m.position = "shaw"  # scheme of encoder and decoder (rpr.attention.SCHEMES)
   m.cross_position = "none"  # scheme of the encoder-decoder attention (Shaw et al.: none)
   # Each scheme's options, as model.<scheme>.<option>: their defaults and meanings are the fields of the
-  # scheme's Options (rpr/attention/positions.py); shaw: max_distance, use_keys, use_values, share_heads,
+  # scheme's Options (rpr/attention/positions/); shaw: max_distance, use_keys, use_values, share_heads,
   # add_sinusoidal; t5: num_buckets, bucket_max_distance; rope: rope_base; learned: learned_init_std.
   for name in positions.SCHEMES:
     if positions.defaults(name):

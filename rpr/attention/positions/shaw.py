@@ -1,0 +1,46 @@
+"""Shaw et al. (2018): relative position representations a^K and a^V, clipped at the distance k."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import flax.linen as nn
+import jax
+
+from rpr.attention.positions.base import Scheme, Terms, register
+from rpr.attention.positions.sinusoidal import add_sinusoid
+from rpr.attention.relative import Relative, check_max_distance
+
+Array = jax.Array
+
+
+@register("shaw")
+class Shaw(Scheme):
+  """Shaw et al. (2018): learned a^K and a^V tables of ``2k+1`` vectors, clipped at ``k``."""
+
+  @dataclasses.dataclass(frozen=True)
+  class Options:
+    max_distance: int = 16  # clipping distance k (Shaw's base model: 16)
+    use_keys: bool = True  # the a^K term (on the logits)
+    use_values: bool = True  # the a^V term (on the values)
+    share_heads: bool = False  # one table for all heads (Shaw's big model) instead of one per head
+    add_sinusoidal: bool = False  # also the absolute sinusoids at the embeddings (Shaw et al. drop them)
+
+    def check(self, head_dim: Optional[int] = None) -> None:
+      check_max_distance(self.max_distance)
+
+  def embed(self, x: Array, offset=0) -> Array:
+    return add_sinusoid(x, offset) if self.options.add_sinusoidal else x
+
+  @nn.compact
+  def terms(self, query: Array, key: Array, q_offset=0) -> Terms:
+    o = self.options
+    k = o.max_distance
+    shape = (2 * k + 1, self.head_dim) if o.share_heads else (self.num_heads, 2 * k + 1, self.head_dim)
+    init = nn.initializers.normal(self.head_dim ** -0.5)
+    kt = self.param("key_table", init, shape) if o.use_keys else None
+    vt = self.param("value_table", init, shape) if o.use_values else None
+    if kt is None and vt is None:
+      return Terms(query, key)
+    return Terms(query, key, relative=Relative(k, kt, vt, offset=q_offset))
