@@ -135,10 +135,12 @@ def _user_errors() -> tuple:
   """The exceptions that are the user's to fix, reported in one line (bugs keep their traceback)."""
   from rpr import checkpoint
   from rpr import data
+  from rpr import records
   from rpr import run_config
   from rpr import workdir
 
-  errors = (run_config.ConfigError, checkpoint.CheckpointError, workdir.Busy, workdir.Unusable, data.DataError)
+  errors = (run_config.ConfigError, checkpoint.CheckpointError, workdir.Busy, workdir.Unusable, data.DataError,
+            records.Damaged, records.Unwritable)
   if "rpr.train" in sys.modules:  # imports JAX: only once a run has started
     errors += (sys.modules["rpr.train"].NonFiniteError,)
   return errors
@@ -179,6 +181,15 @@ def _run():
   run_config.validate(config, 1, quiet=True)
   if single and not _MULTIHOST.value:
     workdir.acquire(_WORKDIR.value)
+  try:  # a clean exit (finished, stopped by a signal, a user error) leaves the lock empty: nothing stale
+    _start(config, single)
+  finally:
+    workdir.release(_WORKDIR.value)
+
+
+def _start(config, single: bool) -> None:
+  from rpr import run_config
+
   run_config.validate(config, 1, _WORKDIR.value if single else None, _ALLOW_CONFIG_CHANGE.value if single else (),
                       quiet=True, trust_checkpoints=_TRUST_CHECKPOINTS.value)
   import jax  # after flag parsing, so --multihost can initialise the runtime first

@@ -31,15 +31,21 @@ neither the fall-back nor orbax's clean-up counts it.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
+import errno
 import logging as pylogging
 import os
+import re
+import sys
 from typing import Any, Optional
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+
+from rpr import failures
 
 CHECKSUMS = "SHA256SUMS"
 CORRUPT = "corrupt"  # subdirectory of the checkpoints that did not restore
@@ -61,22 +67,37 @@ METADATA = "_CHECKPOINT_METADATA"  # orbax writes it into every finalised step d
 
 
 class _OrbaxLogFilter(pylogging.Filter):
-  """Drops orbax's per-save INFO lines and the tracebacks of its errors: the run reports a failure in one line."""
+  """Drops orbax's per-save INFO lines and its errors (also asyncio's of orbax's writes), and the tracebacks of its
+  warnings: an error of orbax's is a save that failed, which the run reports in one line (:class:`SaveError`)."""
 
   def filter(self, record):
     if "/orbax/" not in record.pathname:
-      return True
-    if record.levelno < pylogging.WARNING:
+      return not (record.name == "asyncio" and "/orbax/" in record.getMessage())  # "Task exception was never ..."
+    if not pylogging.WARNING <= record.levelno < pylogging.ERROR:
       return False
     record.exc_info, record.exc_text = None, None
     return True
 
 
+def _unraisable(hook):
+  """``sys.unraisablehook`` without tensorstore's "Event loop is closed" tracebacks: the callbacks of the writes
+  still in flight when a save failed, after orbax closed their event loop (that save's error is reported)."""
+
+  def quiet(unraisable):
+    if not (isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed"):
+      hook(unraisable)
+
+  quiet.rpr_quiet = True
+  return quiet
+
+
 def quiet_orbax_logs() -> None:
-  """Installs the filter on absl's log handler (once)."""
+  """Installs the filter on absl's log handler, and the quiet ``sys.unraisablehook`` (once)."""
   handler = logging.get_absl_handler()
   if not any(isinstance(f, _OrbaxLogFilter) for f in handler.filters):
     handler.addFilter(_OrbaxLogFilter())
+  if not getattr(sys.unraisablehook, "rpr_quiet", False):
+    sys.unraisablehook = _unraisable(sys.unraisablehook)
 
 
 def checksums(directory: str) -> dict[str, str]:
@@ -203,6 +224,7 @@ class Checkpoints:
     self._pending: Optional[concurrent.futures.Future] = None  # the last save, finalised and checksummed
     self.last_saved: Optional[int] = self.manager.latest_step()  # the newest step known to be saved
     self._saving: Optional[int] = None  # the step of the save in flight
+    self.failed = False  # a save failed (its SaveError raised)
     for tmp in ocp.path.step.all_temporary_paths(self.directory):
       path = tmp.get()
       logging.warning("Checkpoint of step %d in %s is an unfinished save (the run was stopped while writing it): "
@@ -325,9 +347,10 @@ class Checkpoints:
 
   def _save_error(self, step: int, e: Exception) -> SaveError:
     last = "none" if self.last_saved is None else f"step {self.last_saved}"
-    reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return SaveError(f"could not save the checkpoint of step {step} in {self.directory} ({type(e).__name__}: "
-                     f"{reason}); the run stopped, its last saved checkpoint is {last}")
+    self.failed = True
+    return SaveError(f"could not save the checkpoint of step {step} in {self.directory}: {_cause(e)}; the run "
+                     f"stopped, its last saved checkpoint is {last}: free space (or remove the cause), then run the "
+                     f"same command to {'start again' if self.last_saved is None else 'resume from it'}")
 
   def _checksum(self, step: int) -> None:
     try:
@@ -353,8 +376,25 @@ class Checkpoints:
     self._wait()
 
   def close(self) -> None:
+    """Waits for the last save (:class:`SaveError` if it failed), then closes; an error closing never replaces an
+    earlier one (:func:`rpr.failures.clean_up`)."""
+    if self.failed:  # reported when raised; orbax raises it again when closing, which is no news
+      with contextlib.suppress(Exception):
+        self._checksummer.shutdown()
+        self.manager.close()
+      return
     try:
       self._wait()
     finally:
-      self._checksummer.shutdown()
-      self.manager.close()
+      failures.clean_up(self._checksummer.shutdown, self.manager.close)
+
+
+def _cause(e: Exception) -> str:
+  """The cause of a failed save in a few words: ``[Errno 28] No space left on device`` for an OS error, also one
+  that tensorstore reports inside its own message; else the first line of the error, its type first."""
+  code = e.errno if isinstance(e, OSError) else None
+  found = re.search(r"os_error_code='?(\d+)", str(e))
+  code = int(found.group(1)) if code is None and found else code
+  if code in errno.errorcode:
+    return f"[Errno {code}] {os.strerror(code)}"
+  return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"

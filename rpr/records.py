@@ -3,6 +3,11 @@
 One JSON object per line, ``{"step": s, "<metric>": value, ...}``, written by
 :class:`rpr.writers.JsonlWriter`. Plain Python: reading records loads no
 metric writer (nor TensorFlow, which the TensorBoard writer brings).
+
+A last line cut short (a kill or a full disk mid-write) is not a record: it
+is skipped with one warning. Any other line that is not a record is
+:class:`Damaged`; a record file that cannot be written is :class:`Unwritable`
+(each a user error: one line naming the file and the remedy).
 """
 
 from __future__ import annotations
@@ -10,6 +15,38 @@ from __future__ import annotations
 import json
 import os
 import time
+
+from absl import logging
+
+_warned: set = set()  # (path, line) of the cut lines warned of: each once per process
+
+
+class Damaged(ValueError):
+  """A line of ``metrics.jsonl`` that is not a record (and not a last line cut short)."""
+
+
+class Unwritable(RuntimeError):
+  """A record file of the workdir that could not be written (disk full, file too large, read-only)."""
+
+
+def unwritable(path: str, e: OSError) -> Unwritable:
+  cause = f"[Errno {e.errno}] {e.strerror}" if e.errno else str(e)
+  return Unwritable(f"could not write {path}: {cause}; the run stopped, what was written before is intact: free space "
+                    "(or make it writable), then run the same command to resume")
+
+
+def replace_lines(path: str, lines: list[str]) -> None:
+  """``path`` holds ``lines``, replaced atomically (a kill leaves the old file or the new one); :class:`Unwritable`
+  if it cannot be written, the old file left as it was."""
+  tmp = path + ".tmp"
+  try:
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.writelines(lines)
+    os.replace(tmp, path)
+  except OSError as e:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise unwritable(path, e) from None
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -19,20 +56,40 @@ def read_jsonl(path: str) -> list[dict]:
 
 
 def _parse(path: str) -> tuple[list[dict], int]:
-  """The records of ``path`` and its count of non-empty lines; a last line cut short by a kill mid-write is not
-  a record (any other line that is not JSON raises, naming it)."""
+  """The records of ``path`` and its count of non-empty lines; a last line cut short (no newline at its end) is
+  skipped with a warning, any other line that is not a record raises :class:`Damaged`, naming it."""
   if not os.path.exists(path):
     return [], 0
-  with open(path, encoding="utf-8") as f:
-    lines = [line for line in f if line.strip()]
+  with open(path, "rb") as f:
+    lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
   records = []
-  for i, line in enumerate(lines):
+  for n, line in lines:
     try:
-      records.append(json.loads(line))
-    except ValueError:
-      if i < len(lines) - 1:
-        raise ValueError(f"{path}, line {i + 1}: not a JSON record") from None
+      records.append(_record(line))
+    except ValueError as e:
+      if (n, line) != lines[-1] or line.endswith(b"\n"):
+        raise Damaged(f"{path}, line {n}: {e}; allowed: one JSON record with its step per line: fix or delete that "
+                      f"line (or move {os.path.basename(path)} away to start its records over)") from None
+      if (path, n) not in _warned:
+        _warned.add((path, n))
+        logging.warning("%s, line %d: cut short (%s), most likely by a kill or a full disk while it was written: "
+                        "skipped, the records before it are intact.", path, n, e)
   return records, len(lines)
+
+
+def _record(line: bytes) -> dict:
+  """The record of one line of ``metrics.jsonl``; ValueError saying why it is not one."""
+  try:
+    text = line.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ValueError(f"bytes that are not UTF-8 (at column {e.start + 1})") from None
+  try:
+    record = json.loads(text)
+  except ValueError as e:
+    raise ValueError(f"not JSON ({e})") from None
+  if not isinstance(record, dict) or isinstance(record.get("step"), bool) or not isinstance(record.get("step"), int):
+    raise ValueError(f"not a record with an integer step: {text.strip()[:80]!r}")
+  return record
 
 
 def plateau_step(records: list[dict]) -> int | None:
@@ -61,10 +118,7 @@ def rewind_jsonl(path: str, step: int) -> tuple[list[dict], int]:
   records, lines = _parse(path)
   kept = [r for r in records if r["step"] <= step]
   if len(kept) < lines:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-      f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in kept)
-    os.replace(tmp, path)
+    replace_lines(path, [json.dumps(r, sort_keys=True) + "\n" for r in kept])
   return kept, lines - len(kept)
 
 

@@ -32,6 +32,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from rpr import checkpoint
 from rpr import data
+from rpr import failures
 from rpr import optim
 from rpr import plateau
 from rpr import provenance
@@ -201,12 +202,10 @@ def train_and_evaluate(config, workdir: str, allow_config_change=(), restore_unv
     writer.write_hparams(writers.hparams(config.to_dict()))
     try:
       return _loop(run, writer, on_save=on_save)
-    finally:
-      try:
-        run.ckpt.close()  # waits for an asynchronous save in flight (also when stopping on an error)
-      finally:
-        writer.close()
-        span(max(reached + [r["step"] for r in run.records]), False)
+    finally:  # each step runs (the save in flight waited for); the first error is the one raised (rpr/failures.py)
+      last = lambda: max(reached + [r["step"] for r in run.records])
+      failures.clean_up(run.ckpt.close, writer.close, lambda: span(last(), False),
+                        lambda: jax.process_index() == 0 and workdir_lib.set_aside_unresumable(workdir))
 
 
 def _write(run: _Run, writer, step: int, scalars: dict) -> None:
@@ -296,6 +295,7 @@ def _averaged(run: _Run, step: int, splits) -> dict[str, float]:
 
 def _log(run: _Run, writer, history: list, done: int, rate: float) -> dict[str, float]:
   summary = {**_summarise(history), "train/steps_per_sec": rate}
+  failures.warn_if_loss_grew(run.records, done, summary["train/loss"], run.task.vocab.size)
   _write(run, writer, done, summary)
   steps = run.config.num_train_steps
   logging.info("step %d/%d: loss %.4f, accuracy %.4f, %.2f steps/s, ETA %s", done, steps, summary["train/loss"],
@@ -321,7 +321,7 @@ def _loop(run: _Run, writer, on_save: Callable[[int], None] = lambda step: None)
     run.state, m = run.step_fn(run.state, host_batch(run.task, step, mesh))
     if previous is not None:  # one step behind, so the host does not wait for the step just launched
       _check_finite(*previous, ckpt)
-    previous = (step, m)
+    previous = (step + 1, m)  # named, like its records, by the step its update reaches
     history.append(m)
     done = step + 1
     log_due = done % config.log_every_steps == 0 or done == num_steps
@@ -329,7 +329,7 @@ def _loop(run: _Run, writer, on_save: Callable[[int], None] = lambda step: None)
     eval_due = done % config.eval_every_steps == 0 or done == num_steps
     save_due = ckpt.due(done) or done == num_steps or stopping
     if log_due or eval_due or save_due:
-      _check_finite(step, m, ckpt)
+      _check_finite(done, m, ckpt)
     if log_due:
       now = time.time()
       final.update(_log(run, writer, history, done, (done - step_log) / max(now - t_log, 1e-9)))

@@ -71,10 +71,7 @@ def record_process(workdir: str, start: float, steps: tuple[int, int], running: 
       for line in f:
         if line.strip() and _process_key(json.loads(line)) != this:
           kept.append(line.rstrip("\n") + "\n")
-  tmp = path + ".tmp"  # one writer: the process holding the workdir's lock
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.writelines(kept + [json.dumps(record, sort_keys=True) + "\n"])
-  os.replace(tmp, path)
+  records.replace_lines(path, kept + [json.dumps(record, sort_keys=True) + "\n"])  # one writer: the lock's holder
 
 
 def _process_key(span: dict) -> tuple:
@@ -99,6 +96,16 @@ def refuse_finished_without_checkpoint(workdir: str, num_train_steps: int) -> No
     raise Unusable(f"--workdir {workdir!r} holds a finished run (metrics.jsonl to step {last}) but no checkpoint, "
                    "so there is nothing to resume; allowed: a new --workdir, or move metrics.jsonl away to train "
                    "it again from step 0")
+
+
+def set_aside_unresumable(workdir: str) -> None:
+  """At the end of a process: if ``checkpoints/`` holds no step (every save failed, or none was due before an
+  error), ``metrics.jsonl`` is set aside (:func:`rpr.records.set_aside`) as the next run would set it aside, so
+  that records up to the last step never read as a finished run that lost its checkpoints."""
+  aside = None if checkpoint_steps(workdir) else records.set_aside(os.path.join(workdir, "metrics.jsonl"))
+  if aside:
+    logging.warning("No checkpoint of this run was saved, so there is nothing to resume: its records are kept in "
+                    "%s, and the next run in %s starts at step 0.", aside, workdir)
 
 
 def _usable(workdir: str) -> str:
@@ -193,8 +200,4 @@ def _holder(f) -> str:
 
 def write_record(workdir: str, record: dict) -> None:
   """``<workdir>/config.json`` = ``record``, replaced atomically."""
-  path = os.path.join(workdir, "config.json")
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(record, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
+  records.replace_lines(os.path.join(workdir, "config.json"), [json.dumps(record, indent=2, sort_keys=True)])

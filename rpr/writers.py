@@ -3,6 +3,10 @@
 Only process 0 writes files (the other hosts of a multi-host run write nothing). The TensorBoard events are
 clu's ``SummaryWriter``, which imports TensorFlow (seconds of start-up), so clu is imported only when a
 run asks for events (``config.tensorboard``); ``metrics.jsonl`` alone needs neither.
+
+A write that fails (disk full, file too large, read-only) raises :class:`rpr.records.Unwritable`, naming the
+file: a user error, one line. ``metrics.jsonl`` is appended whole lines at a time; a line that could not be
+written whole is cut off again, so the records before it stay readable.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import os
 from typing import Any, Mapping
 
 import numpy as np
+
+from rpr import records
 
 # Before clu imports TensorFlow: its INFO lines (the oneDNN notice) stay out of a run's log; warnings and errors
 # still show. A value the user set is kept.
@@ -70,18 +76,54 @@ class JsonlWriter(Silent):
 
   def __init__(self, path: str):
     self.path = path
-    self._file = open(path, "a", encoding="utf-8")
+    try:
+      self._file = open(path, "ab", buffering=0)  # unbuffered: each line is written, or not, by write_scalars
+    except OSError as e:
+      raise records.unwritable(path, e) from None
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]):
     record = {"step": int(step), **{k: _plain(v) for k, v in scalars.items()}}
-    self._file.write(json.dumps(record, sort_keys=True) + "\n")
-    self._file.flush()
-
-  def flush(self):
-    self._file.flush()
+    line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+    end = os.fstat(self._file.fileno()).st_size
+    try:
+      written = 0
+      while written < len(line):
+        written += self._file.write(line[written:])
+    except OSError as e:
+      try:
+        os.ftruncate(self._file.fileno(), end)  # no half line (the reader would skip it as cut short, if last)
+      except OSError:
+        pass
+      raise records.unwritable(self.path, e) from None
 
   def close(self):
     self._file.close()
+
+
+class _Events:
+  """clu's TensorBoard ``SummaryWriter`` in ``workdir``, each method's errors (TensorFlow's, also on flushing or
+  closing) :class:`rpr.records.Unwritable`, naming the events file and the cause."""
+
+  def __init__(self, workdir: str):
+    from clu.metric_writers import summary_writer  # imports TensorFlow
+
+    self.workdir = workdir
+    self._writer = summary_writer.SummaryWriter(workdir)
+
+  def __getattr__(self, name: str):
+    method = getattr(self._writer, name)
+    return lambda *args, **kwargs: self._call(method, *args, **kwargs)
+
+  def _call(self, method, *args, **kwargs):
+    try:
+      return method(*args, **kwargs)
+    except Exception as e:  # TensorFlow's OpError (OutOfRangeError: file too large, ...) or an OSError
+      if not isinstance(e, OSError) and not any(c.__name__ == "OpError" for c in type(e).__mro__):
+        raise
+      cause = str(e).split("}}")[-1].strip()  # drops TensorFlow's "{{function_node ...}}"
+      raise records.Unwritable(f"could not write the TensorBoard events in {self.workdir}: {cause}; the run "
+                               "stopped: free space (or make it writable), then run the same command to resume, or "
+                               "set config.tensorboard = False") from None
 
 
 def create(workdir: str, process_index: int = 0, tensorboard: bool = True):
@@ -92,9 +134,9 @@ def create(workdir: str, process_index: int = 0, tensorboard: bool = True):
   jsonl = JsonlWriter(os.path.join(workdir, "metrics.jsonl"))
   if not tensorboard:
     return jsonl
-  from clu.metric_writers import multi_writer, summary_writer  # imports TensorFlow
+  from clu.metric_writers import multi_writer
 
-  return multi_writer.MultiWriter([jsonl, summary_writer.SummaryWriter(workdir)])
+  return multi_writer.MultiWriter([jsonl, _Events(workdir)])
 
 
 def hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -9,10 +9,10 @@ RPR = pathlib.Path(__file__).resolve().parents[1] / "rpr"
 
 # Each module may import modules of a strictly lower level, and modules of its own package.
 LEVELS = {
-    "rpr": 0, "rpr.attention": 0, "rpr.tokens": 0,
+    "rpr": 0, "rpr.attention": 0, "rpr.tokens": 0, "rpr.failures": 0,
     "rpr.blocks": 1, "rpr.decode": 1, "rpr.metrics": 1, "rpr.data": 1, "rpr.optim": 1, "rpr.checkpoint": 1,
-    "rpr.writers": 1, "rpr.records": 1, "rpr.sharding": 1, "rpr.plateau": 1,
-    "rpr.model": 2, "rpr.workdir": 2,
+    "rpr.records": 1, "rpr.sharding": 1, "rpr.plateau": 1,
+    "rpr.model": 2, "rpr.workdir": 2, "rpr.writers": 2,
     "rpr.predict": 3, "rpr.run_config": 3, "rpr.evaluation": 3, "rpr.steps": 3,
     "rpr.train": 4,
 }

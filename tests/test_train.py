@@ -144,7 +144,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   train.train_and_evaluate(tiny_config(**{**FAST, "num_train_steps": 4}), str(workdir))
   good = load_state(workdir, 4)
   bad = tiny_config(**FAST, learning_rate=1e39)  # inf in float32: the first update makes the parameters inf/nan
-  with pytest.raises(train.NonFiniteError, match=r"non-finite training state at step 4.*checkpoint \(step 4\)"):
+  with pytest.raises(train.NonFiniteError, match=r"non-finite training state at step 5.*checkpoint \(step 4\)"):
     train.train_and_evaluate(bad, str(workdir), allow_config_change=("learning_rate",))
   assert sorted(os.listdir(workdir / "checkpoints")) == ["4"]
   for k, v in load_state(workdir, 4).items():
