@@ -7,15 +7,16 @@ the report of the two beside the bag-of-characters bound (``<workdir>/report``,
 by experiments/report.py). With ``--config`` it is one run.
 
 A user error (a config key or value, a variant word, a flag, the config
-file, the workdir, a checkpoint, a failed save, a data file, a diverged run)
-ends the run with one line on stderr naming the bad thing and what is
-allowed, and exit status 2; ``--debug`` (or ``RPR_DEBUG=1``) shows the
-traceback instead. ``--print_config`` prints the resolved config (every key,
-documented in configs/base.py) and exits. One run holds a workdir at a time
-(rpr/workdir.py). A killed run resumes from its last verified checkpoint
-when the same command runs again (an older one if the last does not
-restore; see rpr/checkpoint.py; ``--restore_unverified`` for one without
-checksums); a changed config is refused unless its keys are in
+file, the workdir, a checkpoint, a failed save or write, a damaged
+metrics.jsonl, a data file, a diverged run) ends the run with one line on
+stderr naming the bad thing and what is allowed, and exit status 2;
+``--debug`` (or ``RPR_DEBUG=1``) shows the traceback instead.
+``--print_config`` prints the resolved config (every key, documented in
+configs/base.py) and exits. One run holds a workdir at a time
+(rpr/workdir.py); every clean exit releases it. A killed run resumes from
+its last verified checkpoint when the same command runs again (an older one
+if the last does not restore; see rpr/checkpoint.py; ``--restore_unverified``
+for one without checksums); a changed config is refused unless its keys are in
 rpr.run_config.RESUME_SAFE_KEYS or ``--allow_config_change``, and
 checkpoints without a config.json unless ``--trust_checkpoints``. SIGTERM
 saves a checkpoint after the current step and exits with status 3.

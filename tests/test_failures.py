@@ -1,17 +1,20 @@
 """Failures that end in one line and lose nothing: saves, writes and records that fail or are damaged, clean-up
 that never hides the first error (rpr.failures), the lock a clean exit leaves, divergence named and warned of."""
 
+import contextlib
 import errno
 import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import types
 
 import orbax.checkpoint as ocp
 import pytest
+from absl import flags
 
 from rpr import checkpoint
 from rpr import failures
@@ -271,6 +274,45 @@ def test_a_loss_that_grows_by_orders_of_magnitude_is_warned_of_once(tmp_path, ca
   assert not failures.warn_if_loss_grew(records_, 6, 50.0, vocab_size=16)  # a spike: worse than 1.0, not 100x
   assert failures.warn_if_loss_grew(records_, 6, 150.0, vocab_size=16)
   assert not failures.warn_if_loss_grew(records_ + [{"step": 6, "train/loss": 150.0}], 8, 1e4, vocab_size=16)
+
+
+# ----------------------------------------------------------------------------
+# The lock: a clean exit of run.py leaves it empty (a killed run's PID stays: tests/test_workdir.py).
+
+
+@pytest.fixture
+def run_module():
+  """run.py imported in this process (the signal handlers it installs on import put back), its flags unparsed
+  afterwards."""
+  handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+  import run  # pylint: disable=import-outside-toplevel
+
+  for s, handler in handlers.items():
+    signal.signal(s, handler)
+  yield run
+  flags.FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize("end", ["finished", "stopped by a signal", "user error"])
+def test_every_clean_exit_of_run_py_leaves_the_lock_empty(tmp_path, monkeypatch, caplog, run_module, end):
+  held = []
+
+  def start(config, single):  # the run itself, after run.py took the lock
+    held.append(json.loads((tmp_path / workdir.LOCK).read_text())["pid"])
+    if end == "stopped by a signal":
+      sys.exit(run_module.STOPPED)
+    if end == "user error":
+      raise records.Damaged("metrics.jsonl, line 2: not JSON")
+
+  monkeypatch.setattr(run_module, "_start", start)
+  flags.FLAGS(["run.py", f"--config={ROOT / 'configs' / 'tiny.py'}", f"--workdir={tmp_path}"])
+  with pytest.raises((SystemExit, records.Damaged)) if end != "finished" else contextlib.nullcontext():
+    run_module._run()
+  assert held == [os.getpid()] and (tmp_path / workdir.LOCK).read_text() == ""
+  assert records.Damaged in run_module._user_errors()  # one line, exit status 2
+  with caplog.at_level(logging.WARNING), workdir.lock(str(tmp_path)):
+    pass
+  assert not warnings_of(caplog, "Took over the lock")
 
 
 # ----------------------------------------------------------------------------
