@@ -224,7 +224,7 @@ class Checkpoints:
     self._pending: Optional[concurrent.futures.Future] = None  # the last save, finalised and checksummed
     self.last_saved: Optional[int] = self.manager.latest_step()  # the newest step known to be saved
     self._saving: Optional[int] = None  # the step of the save in flight
-    self.failed = False  # a save failed (its SaveError raised)
+    self.failed = False  # a save failed, and its SaveError was raised
     for tmp in ocp.path.step.all_temporary_paths(self.directory):
       path = tmp.get()
       logging.warning("Checkpoint of step %d in %s is an unfinished save (the run was stopped while writing it): "
@@ -338,6 +338,7 @@ class Checkpoints:
     try:
       saved = self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
     except Exception as e:  # pylint: disable=broad-except
+      self.failed = True
       raise self._save_error(step, e) from e
     if saved:
       self._saving = step
@@ -347,7 +348,6 @@ class Checkpoints:
 
   def _save_error(self, step: int, e: Exception) -> SaveError:
     last = "none" if self.last_saved is None else f"step {self.last_saved}"
-    self.failed = True
     return SaveError(f"could not save the checkpoint of step {step} in {self.directory}: {_cause(e)}; the run "
                      f"stopped, its last saved checkpoint is {last}: free space (or remove the cause), then run the "
                      f"same command to {'start again' if self.last_saved is None else 'resume from it'}")
@@ -365,10 +365,12 @@ class Checkpoints:
     """Waits for the last save and its checksums; :class:`SaveError` if either failed."""
     if self._pending is not None:
       pending, self._pending = self._pending, None
+      self.failed = pending.exception() is not None  # its SaveError, raised next
       pending.result()
     try:
       self.manager.wait_until_finished()
     except Exception as e:  # pylint: disable=broad-except
+      self.failed = True
       raise self._save_error(self._saving, e) from e
 
   def wait(self) -> None:
@@ -376,8 +378,7 @@ class Checkpoints:
     self._wait()
 
   def close(self) -> None:
-    """Waits for the last save (:class:`SaveError` if it failed), then closes; an error closing never replaces an
-    earlier one (:func:`rpr.failures.clean_up`)."""
+    """Waits for the last save (:class:`SaveError` if it failed) and closes; no error closing hides an earlier one."""
     if self.failed:  # reported when raised; orbax raises it again when closing, which is no news
       with contextlib.suppress(Exception):
         self._checksummer.shutdown()
@@ -390,8 +391,7 @@ class Checkpoints:
 
 
 def _cause(e: Exception) -> str:
-  """The cause of a failed save in a few words: ``[Errno 28] No space left on device`` for an OS error, also one
-  that tensorstore reports inside its own message; else the first line of the error, its type first."""
+  """A failed save's cause in a few words: ``[Errno 28] No space left on device`` (also in tensorstore's message)."""
   code = e.errno if isinstance(e, OSError) else None
   found = re.search(r"os_error_code='?(\d+)", str(e))
   code = int(found.group(1)) if code is None and found else code

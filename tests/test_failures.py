@@ -97,22 +97,26 @@ def test_a_save_that_fails_at_once_stops_the_run_and_no_error_closing_replaces_i
   assert out["step"] == 8 and [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [2, 4, 6, 8]
 
 
+@pytest.mark.parametrize("every, failed, stopped", [(2, 2, 4), (100, 8, 8)])
 def test_a_save_that_fails_in_the_background_stops_the_run_at_the_next_save_and_the_next_run_starts_over(
-    tmp_path, monkeypatch, caplog):
+    tmp_path, monkeypatch, caplog, every, failed, stopped):
+  # Saves every 2 steps: that of step 2 fails, found at the next (4). Only the last one (8): found as the run ends.
   async def finalize(self):  # orbax's last step of an asynchronous save, in its own thread
     raise OSError(errno.EFBIG, "File too large")
 
+  config = tiny_config(**dict(FAST, checkpoint_every_steps=every))
   with monkeypatch.context() as m, caplog.at_level(logging.WARNING):
     m.setattr(ocp.path.atomicity.AtomicRenameTemporaryPath, "finalize", finalize)
-    with pytest.raises(checkpoint.SaveError, match=r"checkpoint of step 2 .*: \[Errno 27\] File too large; .*last "
-                       r"saved checkpoint is none: .*start again"):
-      train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+    with pytest.raises(checkpoint.SaveError, match=rf"checkpoint of step {failed} .*: \[Errno 27\] File too large; "
+                       r".*last saved checkpoint is none: .*start again"):
+      train.train_and_evaluate(config, str(tmp_path))
   assert workdir.checkpoint_steps(str(tmp_path)) == []
-  # Stopped at the next save (step 4), not trained on; its records kept aside, so the workdir is not "finished".
+  # Not trained on past the step it was found at; its records kept aside, so the workdir does not read as finished.
   [aside] = tmp_path.glob("metrics.orphaned-*.jsonl")
-  assert [r["step"] for r in read_jsonl(aside)] == [2, 4] and not (tmp_path / "metrics.jsonl").exists()
+  assert [r["step"] for r in read_jsonl(aside)] == list(range(2, stopped + 1, 2))
+  assert not (tmp_path / "metrics.jsonl").exists()
   assert len(warnings_of(caplog, "No checkpoint of this run was saved")) == 1
-  out = train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+  out = train.train_and_evaluate(config, str(tmp_path))
   assert out["step"] == 8 and [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [2, 4, 6, 8]
 
 
