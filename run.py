@@ -189,6 +189,8 @@ def _run():
 
 
 def _start(config, single: bool) -> None:
+  """The run, once its workdir is held: the workdir's history checked, JAX started, then one training run (or the
+  quick comparison)."""
   from rpr import run_config
 
   run_config.validate(config, 1, _WORKDIR.value if single else None, _ALLOW_CONFIG_CHANGE.value if single else (),

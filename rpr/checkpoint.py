@@ -31,7 +31,6 @@ neither the fall-back nor orbax's clean-up counts it.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import hashlib
 import errno
 import logging as pylogging
@@ -379,15 +378,11 @@ class Checkpoints:
 
   def close(self) -> None:
     """Waits for the last save (:class:`SaveError` if it failed) and closes; no error closing hides an earlier one."""
-    if self.failed:  # reported when raised; orbax raises it again when closing, which is no news
-      with contextlib.suppress(Exception):
-        self._checksummer.shutdown()
-        self.manager.close()
-      return
     try:
-      self._wait()
+      if not self.failed:  # else it was reported when raised; orbax raises it again as it closes, which is no news
+        self._wait()
     finally:
-      failures.clean_up(self._checksummer.shutdown, self.manager.close)
+      failures.clean_up(self._checksummer.shutdown, self.manager.close, quiet=self.failed)
 
 
 def _cause(e: Exception) -> str:

@@ -21,8 +21,9 @@ from absl import logging
 GROWTH = 100.0  # a logged loss this many times the lowest before it is warned of
 
 
-def clean_up(*steps: Callable[[], object]) -> None:
-  """Runs each of ``steps`` in order; the first error wins (see the module's docstring)."""
+def clean_up(*steps: Callable[[], object], quiet: bool = False) -> None:
+  """Runs each of ``steps`` in order; the first error wins (see the module's docstring). ``quiet``: their errors
+  are dropped unsaid (the failure they repeat was reported)."""
   propagating = sys.exc_info()[1] is not None  # in a ``finally``: an error the run is stopping on
   errors = []
   for step in steps:
@@ -30,6 +31,8 @@ def clean_up(*steps: Callable[[], object]) -> None:
       step()
     except Exception as e:  # pylint: disable=broad-except
       errors.append(e)
+  if quiet:
+    return
   later = errors if propagating else errors[1:]
   if later:
     logging.warning("Cleaning up after the error also failed (ignored): %s.",

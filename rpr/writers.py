@@ -108,9 +108,11 @@ class _Events:
     from clu.metric_writers import summary_writer  # imports TensorFlow
 
     self.workdir = workdir
-    self._writer = summary_writer.SummaryWriter(workdir)
+    self._writer = self._call(summary_writer.SummaryWriter, workdir)
 
-  def __getattr__(self, name: str):
+  def __getattr__(self, name: str):  # clu's MetricWriter methods
+    if name.startswith("_"):
+      raise AttributeError(name)
     method = getattr(self._writer, name)
     return lambda *args, **kwargs: self._call(method, *args, **kwargs)
 
@@ -120,7 +122,7 @@ class _Events:
     except Exception as e:  # TensorFlow's OpError (OutOfRangeError: file too large, ...) or an OSError
       if not isinstance(e, OSError) and not any(c.__name__ == "OpError" for c in type(e).__mro__):
         raise
-      cause = str(e).split("}}")[-1].strip()  # drops TensorFlow's "{{function_node ...}}"
+      cause = (str(e).split("}}")[-1].strip().splitlines() or [type(e).__name__])[0]  # no "{{function_node ...}}"
       raise records.Unwritable(f"could not write the TensorBoard events in {self.workdir}: {cause}; the run "
                                "stopped: free space (or make it writable), then run the same command to resume, or "
                                "set config.tensorboard = False") from None
