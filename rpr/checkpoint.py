@@ -37,6 +37,8 @@ import logging as pylogging
 import os
 import re
 import sys
+import traceback
+import warnings
 from typing import Any, Optional
 
 import jax
@@ -70,8 +72,9 @@ class _OrbaxLogFilter(pylogging.Filter):
   warnings: an error of orbax's is a save that failed, which the run reports in one line (:class:`SaveError`)."""
 
   def filter(self, record):
-    if "/orbax/" not in record.pathname:
-      return not (record.name == "asyncio" and "/orbax/" in record.getMessage())  # "Task exception was never ..."
+    if "/orbax/" not in record.pathname:  # asyncio's "Task exception was never retrieved" of orbax's writes too
+      return not (record.name == "asyncio" and "/orbax/" in record.getMessage() + "".join(
+          f.filename for f in traceback.extract_tb(record.exc_info[2] if record.exc_info else None)))
     if not pylogging.WARNING <= record.levelno < pylogging.ERROR:
       return False
     record.exc_info, record.exc_text = None, None
@@ -91,12 +94,14 @@ def _unraisable(hook):
 
 
 def quiet_orbax_logs() -> None:
-  """Installs the filter on absl's log handler, and the quiet ``sys.unraisablehook`` (once)."""
+  """Installs the filter on absl's log handler and the quiet ``sys.unraisablehook`` (once); ignores the warnings of
+  orbax's writes that a failed save left unawaited."""
   handler = logging.get_absl_handler()
   if not any(isinstance(f, _OrbaxLogFilter) for f in handler.filters):
     handler.addFilter(_OrbaxLogFilter())
   if not getattr(sys.unraisablehook, "rpr_quiet", False):
     sys.unraisablehook = _unraisable(sys.unraisablehook)
+  warnings.filterwarnings("ignore", r"coroutine 'async_serialize_from_host\.", RuntimeWarning)  # those writes
 
 
 def checksums(directory: str) -> dict[str, str]:

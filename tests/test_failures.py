@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import types
+import warnings
 
 import orbax.checkpoint as ocp
 import pytest
@@ -141,6 +142,15 @@ def test_orbax_asyncio_and_tensorstore_reports_of_a_failed_save_are_left_to_its_
   assert not keep(record("asyncio", "/asyncio/base_events.py", logging.ERROR, "Task exception was never retrieved\n"
                          "future: <Task finished coro=<f() done, defined at /site-packages/orbax/x.py:1>>"))
   assert keep(record("asyncio", "/asyncio/base_events.py", logging.ERROR, "Task exception was never retrieved"))
+  scope = {}
+  exec(compile("def write():\n  raise ValueError('OUT_OF_RANGE')", "/site-packages/orbax/serialization.py", "exec"),
+       scope)
+  try:
+    scope["write"]()
+  except ValueError:
+    gathered = logging.LogRecord("asyncio", logging.ERROR, "/asyncio/base_events.py", 1,
+                                 "_GatheringFuture exception was never retrieved", None, sys.exc_info())
+  assert not keep(gathered)
   assert keep(record("absl", "/rpr/train.py", logging.ERROR, "ours"))
   seen = []
   monkeypatch.setattr(sys, "unraisablehook", seen.append)
@@ -149,6 +159,12 @@ def test_orbax_asyncio_and_tensorstore_reports_of_a_failed_save_are_left_to_its_
   for error in (RuntimeError("Event loop is closed"), RuntimeError("another")):
     sys.unraisablehook(types.SimpleNamespace(exc_type=type(error), exc_value=error, exc_traceback=None))
   assert [str(u.exc_value) for u in seen] == ["another"]
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    checkpoint.quiet_orbax_logs()
+    warnings.warn("coroutine 'async_serialize_from_host.<locals>.write_fragment' was never awaited", RuntimeWarning)
+    warnings.warn("coroutine 'ours' was never awaited", RuntimeWarning)
+  assert [str(w.message) for w in caught] == ["coroutine 'ours' was never awaited"]
 
 
 # ----------------------------------------------------------------------------
