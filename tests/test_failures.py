@@ -357,7 +357,8 @@ def test_a_file_size_limit_from_the_start_is_one_line_and_the_next_run_starts_ov
   line = one_error_line(proc)
   assert re.search(r"could not save the checkpoint of step 4 in \S+: \[Errno 27\] File too large; the run stopped, "
                    r"its last saved checkpoint is none: free space .*start again", line), line
-  assert not re.search(r"^E\d{4} .*(orbax|checkpoint_manager|future.py)", proc.stderr, re.M), proc.stderr[-3000:]
+  noise = [l for l in proc.stderr.splitlines() if re.match(r"E\d{4} |.*never (retrieved|awaited)", l)]  # orbax's
+  assert not noise, noise
   assert (tmp_path / workdir.LOCK).read_text() == ""  # released: the next run has no stale lock to warn of
   assert not (tmp_path / "metrics.jsonl").exists() and list(tmp_path.glob("metrics.orphaned-*.jsonl"))
   again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env(compilation_cache))
