@@ -134,24 +134,24 @@ def test_the_cause_of_a_failed_save_is_a_few_words():
 
 def test_orbax_asyncio_and_tensorstore_reports_of_a_failed_save_are_left_to_its_one_line(monkeypatch):
   record = lambda name, path, level, msg: logging.LogRecord(name, level, path, 1, msg, None, None)
-  orbax = "/site-packages/orbax/checkpoint/_src/checkpoint_manager.py"
+  orbax = "site-packages/orbax/checkpoint/_src/checkpoint_manager.py"
   keep = checkpoint._OrbaxLogFilter().filter
   assert not keep(record("absl", orbax, logging.ERROR, "Save Finalize thread (save_finalize) failed."))
   assert not keep(record("absl", orbax, logging.INFO, "Renaming a to b"))
   assert keep(record("absl", orbax, logging.WARNING, "a warning of orbax's"))
-  assert not keep(record("asyncio", "/asyncio/base_events.py", logging.ERROR, "Task exception was never retrieved\n"
+  assert not keep(record("asyncio", "asyncio/base_events.py", logging.ERROR, "Task exception was never retrieved\n"
                          "future: <Task finished coro=<f() done, defined at /site-packages/orbax/x.py:1>>"))
-  assert keep(record("asyncio", "/asyncio/base_events.py", logging.ERROR, "Task exception was never retrieved"))
+  assert keep(record("asyncio", "asyncio/base_events.py", logging.ERROR, "Task exception was never retrieved"))
   scope = {}
-  exec(compile("def write():\n  raise ValueError('OUT_OF_RANGE')", "/site-packages/orbax/serialization.py", "exec"),
+  exec(compile("def write():\n  raise ValueError('OUT_OF_RANGE')", "site-packages/orbax/serialization.py", "exec"),
        scope)
   try:
     scope["write"]()
   except ValueError:
-    gathered = logging.LogRecord("asyncio", logging.ERROR, "/asyncio/base_events.py", 1,
+    gathered = logging.LogRecord("asyncio", logging.ERROR, "asyncio/base_events.py", 1,
                                  "_GatheringFuture exception was never retrieved", None, sys.exc_info())
   assert not keep(gathered)
-  assert keep(record("absl", "/rpr/train.py", logging.ERROR, "ours"))
+  assert keep(record("absl", "rpr/train.py", logging.ERROR, "ours"))
   seen = []
   monkeypatch.setattr(sys, "unraisablehook", seen.append)
   checkpoint.quiet_orbax_logs()
@@ -217,13 +217,13 @@ def test_failed_writes_of_config_json_and_the_events_name_the_file(tmp_path, mon
 
   class Events:
     def flush(self):
-      raise OutOfRangeError("{{function_node __wrapped__FlushSummaryWriter}} /run/events.out.tfevents.1; File too "
-                            "large\n\tFailed to flush 6 events to /run/events.out.tfevents.1\n\tCould not flush events "
+      raise OutOfRangeError("{{function_node __wrapped__FlushSummaryWriter}} run/events.out.tfevents.1; File too "
+                            "large\n\tFailed to flush 6 events to run/events.out.tfevents.1\n\tCould not flush events "
                             "file.")
 
   events = writers._Events.__new__(writers._Events)
   events.workdir, events._writer = str(tmp_path), Events()
-  with pytest.raises(records.Unwritable, match=r"TensorBoard events in .*: /run/events.out.tfevents.1; File too large; "
+  with pytest.raises(records.Unwritable, match=r"TensorBoard events in .*: run/events.out.tfevents.1; File too large; "
                      r"the run stopped") as e:
     events.flush()
   assert "\n" not in str(e.value)
