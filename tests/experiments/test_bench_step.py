@@ -37,3 +37,11 @@ def test_the_table_gives_medians_and_bfloat16_s_loss_against_float32_s():
   rows = text.splitlines()[2:]
   assert rows[0] == "| lm/shaw | float32 | 2.00 | 2.00 | 4.0 | 100.0 | 0.04 | 300 | 5.1000 | +0.0000 |"
   assert rows[1] == "| lm/shaw | bfloat16 | 4.00 | 2.00 | 8.0 | 100.0 | 0.08 | 300 | 5.1500 | +0.0500 |"
+
+
+def test_against_a_baseline_each_round_pairs_the_two_checkouts_measured_at_once():
+  def record(rate, baseline):
+    return {"case": {"name": "translation/shaw", "dtype": "float32"}, "steps_per_sec": rate, "baseline": baseline}
+  text = bench_step.ratios([record(2.0, True), record(3.0, False), record(3.3, False), record(3.0, True)])
+  assert text.splitlines()[-1] == "| translation/shaw | float32 | 1.50, 1.10 |"
+  assert bench_step.table([record(2.0, True)]).count("\n") == 1  # the baseline's records are not this checkout's
