@@ -33,20 +33,23 @@ FLAGS = flags.FLAGS
 OUT = os.path.join("experiments", "results", "bench", "step")
 
 
-def _one(case: step.Case, steps: int, core: int, root: str = machine.ROOT) -> subprocess.Popen:
+def _one(case: step.Case, steps: int, core: int, root: str = machine.ROOT,
+         tunables: str = malloc.TUNABLES) -> subprocess.Popen:
   """``case`` measured in a process pinned to ``core``, with the library (rpr, configs) of the checkout ``root``
   and this checkout's measuring code (so an older checkout, without it, can be measured the same way)."""
   here = os.path.join(machine.ROOT, "experiments", "bench", "step.py")
   code = ("import importlib.util, json, sys; "
           f"spec = importlib.util.spec_from_file_location('bench_step_measure', {here!r}); "
-          "step = importlib.util.module_from_spec(spec); spec.loader.exec_module(step); "
+          "step = sys.modules['bench_step_measure'] = importlib.util.module_from_spec(spec); "
+          "spec.loader.exec_module(step); "
           f"print(json.dumps(step.measure(step.Case(*{list(dataclasses.astuple(case))!r}), {steps})))")
-  env = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2", "GLIBC_TUNABLES": malloc.TUNABLES}
+  env = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2", "GLIBC_TUNABLES": tunables}
   return subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", code], cwd=root, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def run(cases, steps: int, rounds: int, cores, baseline: str = "") -> list[dict]:
+def run(cases, steps: int, rounds: int, cores, baseline: str = "", baseline_tunables: str = malloc.TUNABLES
+        ) -> list[dict]:
   """Every case ``rounds`` times, ``len(cores)`` processes at once; one record per measurement. With a
   ``baseline`` checkout, each case is measured there and here at once, on swapped cores from round to round."""
   if baseline:
@@ -57,7 +60,8 @@ def run(cases, steps: int, rounds: int, cores, baseline: str = "") -> list[dict]
     jobs = [flat[i:i + len(cores)] for i in range(0, len(flat), len(cores))]
   out = []
   for batch in jobs:
-    procs = [(c, root, _one(c, steps, core, root)) for (c, root), core in zip(batch, cores)]
+    procs = [(c, root, _one(c, steps, core, root, malloc.TUNABLES if root == machine.ROOT else baseline_tunables))
+             for (c, root), core in zip(batch, cores)]
     for c, root, p in procs:
       stdout, stderr = p.communicate()
       if p.returncode:
@@ -109,8 +113,9 @@ def write(data: dict, out: str) -> None:
           f"{data['machine']['cores']} cores), {data['steps']} steps a measurement, median of {data['rounds']} "
           "rounds, one process per core, two at once.\n\n" + table(data["records"]) + "\n")
   if data.get("baseline"):
-    text += (f"\nAgainst the checkout {data['baseline']} (commit {data['baseline_commit']}), measured at the same "
-             "time on the other core, cores swapped from round to round:\n\n" + ratios(data["records"]) + "\n")
+    text += (f"\nAgainst the checkout {data['baseline']} (commit {data['baseline_commit']}, GLIBC_TUNABLES="
+             f"'{data['baseline_glibc_tunables']}'), measured at the same time on the other core, cores swapped from "
+             "round to round:\n\n" + ratios(data["records"]) + "\n")
   with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
     f.write(text)
 
@@ -121,11 +126,13 @@ def main(argv):
   cases = [c for c in step.CASES if c.name in names and c.dtype in FLAGS.dtypes]
   if not cases:
     raise app.UsageError(f"--cases {FLAGS.cases}: allowed: {sorted({c.name for c in step.CASES})}")
-  records = run(cases, FLAGS.steps, FLAGS.rounds, [int(c) for c in FLAGS.cores], FLAGS.baseline)
+  records = run(cases, FLAGS.steps, FLAGS.rounds, [int(c) for c in FLAGS.cores], FLAGS.baseline,
+                FLAGS.baseline_glibc_tunables)
   commit = lambda root: subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True,
                                        text=True).stdout.strip()
   write({"command": "python -m experiments.bench_step " + shlex.join(sys.argv[1:]), "commit": commit(machine.ROOT),
-         "baseline": FLAGS.baseline, "baseline_commit": commit(FLAGS.baseline) if FLAGS.baseline else "",
+         "baseline": FLAGS.baseline, "baseline_glibc_tunables": FLAGS.baseline_glibc_tunables,
+         "baseline_commit": commit(FLAGS.baseline) if FLAGS.baseline else "",
          "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine.machine(),
          "steps": FLAGS.steps, "rounds": FLAGS.rounds, "records": records}, FLAGS.out)
 
@@ -139,4 +146,6 @@ if __name__ == "__main__":
   flags.DEFINE_string("out", OUT, "Directory of results.json and README.md.")
   flags.DEFINE_string("baseline", "", "Another checkout (e.g. a git worktree of an older commit): each case is also "
                       "measured there, at the same time on the other core, and the README gives the ratios.")
+  flags.DEFINE_string("baseline_glibc_tunables", malloc.TUNABLES, "GLIBC_TUNABLES of the baseline's processes ('': "
+                      "glibc's defaults, what a plain run got before run.py set it)")
   app.run(main)
