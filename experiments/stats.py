@@ -1,0 +1,110 @@
+"""The protocol's statistics (experiments/results/protocol.md): every number comes from scipy, statsmodels or sacrebleu.
+
+Per cell, over its seeds: n, mean, SD and the 95% CI of the mean (Student's t).
+Per comparison of a cell with its table's reference row: the difference of
+means with Welch's 95% CI and p-value, the p-values Holm-corrected within the
+table, and the minimum detectable effect (80% power, two-sided, at the first
+Holm step's level alpha / m). Over the test set: sacrebleu's paired bootstrap
+between two runs' decoded outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+from statsmodels.stats import multitest
+from statsmodels.stats import power as sm_power
+
+ALPHA = 0.05
+POWER = 0.8
+CONFIDENCE = 0.95
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """One cell over its seeds; ``sd``, ``low`` and ``high`` are NaN with fewer than 2 seeds."""
+  n: int
+  mean: float
+  sd: float
+  low: float
+  high: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  """A cell against the reference row: ``diff`` = cell - reference, with Welch's CI, raw and Holm p, and the MDE."""
+  diff: float
+  low: float
+  high: float
+  p: float
+  p_holm: float
+  mde: float
+  verdict: str
+
+
+def cell(values: Sequence[float]) -> Cell:
+  v = np.asarray(values, dtype=np.float64)
+  if v.size == 0:
+    raise ValueError("a cell needs at least one value")
+  mean = float(v.mean())
+  if v.size < 2:
+    return Cell(1, mean, math.nan, math.nan, math.nan)
+  sd = float(v.std(ddof=1))
+  low, high = scipy_stats.t.interval(CONFIDENCE, v.size - 1, loc=mean, scale=sd / math.sqrt(v.size))
+  return Cell(int(v.size), mean, sd, float(low), float(high))
+
+
+def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float:
+  na, nb = len(a), len(b)
+  return math.sqrt(((na - 1) * np.var(a, ddof=1) + (nb - 1) * np.var(b, ddof=1)) / (na + nb - 2))
+
+
+def mde(n_cell: int, n_reference: int, sd: float, alpha: float) -> float:
+  """The difference a two-sided two-sample t-test on these seed counts detects with 80% power at ``alpha``."""
+  effect = sm_power.TTestIndPower().solve_power(nobs1=n_cell, ratio=n_reference / n_cell, alpha=alpha, power=POWER)
+  return float(effect) * sd
+
+
+def compare(reference: Sequence[float], cells: Mapping[str, Sequence[float]], reference_name: str = "reference",
+            alpha: float = ALPHA) -> dict[str, Comparison]:
+  """Each of ``cells`` against ``reference``, Holm-corrected over the cells that both have 2 or more seeds.
+
+  A verdict is ``"<cell> > <reference>"`` or ``"<cell> < <reference>"`` when the Holm-adjusted p < ``alpha``,
+  else ``"not separated"`` (read it with the MDE beside it); a cell with fewer than 2 seeds, or with no spread
+  in either group, is ``"not tested"``.
+  """
+  tested, out = {}, {}
+  for name, values in cells.items():
+    if len(values) < 2 or len(reference) < 2 or pooled_sd(values, reference) == 0:
+      out[name] = Comparison(float(np.mean(values) - np.mean(reference)), math.nan, math.nan, math.nan, math.nan,
+                             math.nan, "not tested")
+      continue
+    result = scipy_stats.ttest_ind(values, reference, equal_var=False)
+    ci = result.confidence_interval(CONFIDENCE)
+    tested[name] = (float(np.mean(values) - np.mean(reference)), float(ci.low), float(ci.high), float(result.pvalue))
+  if tested:
+    _, adjusted, _, _ = multitest.multipletests([t[3] for t in tested.values()], alpha=alpha, method="holm")
+    first_step = alpha / len(tested)
+    for (name, (diff, low, high, p)), p_holm in zip(tested.items(), adjusted):
+      m = mde(len(cells[name]), len(reference), pooled_sd(cells[name], reference), first_step)
+      verdict = (f"{name} {'>' if diff > 0 else '<'} {reference_name}" if p_holm < alpha else "not separated")
+      out[name] = Comparison(diff, low, high, p, float(p_holm), m, verdict)
+  return {name: out[name] for name in cells}
+
+
+def paired_bootstrap(references: Sequence[str], baseline: Sequence[str], system: Sequence[str],
+                     resamples: int = 1000) -> float:
+  """sacrebleu's paired bootstrap p-value of ``system`` against ``baseline`` on one test set (BLEU, 13a)."""
+  from sacrebleu.metrics import BLEU
+  from sacrebleu.significance import PairedTest
+
+  if not len(references) == len(baseline) == len(system):
+    raise ValueError(f"the outputs differ in length: {len(references)} references, {len(baseline)} and "
+                     f"{len(system)} hypotheses")
+  _, scores = PairedTest([("baseline", list(baseline)), ("system", list(system))], {"BLEU": BLEU()},
+                         [list(references)], test_type="bs", n_samples=resamples)()
+  return float(scores["BLEU"][1].p_value)

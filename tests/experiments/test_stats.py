@@ -1,0 +1,72 @@
+"""The protocol's statistics against values known from the textbooks and against cases whose answer is clear."""
+
+import math
+
+import pytest
+
+from experiments import stats
+
+
+def test_cell_ci_is_student_t():
+  c = stats.cell([20.0, 21.0, 22.0, 23.0, 24.0])
+  # mean 22, SD sqrt(2.5), t(0.975, 4) = 2.7764 (a printed table value)
+  half = 2.7764 * math.sqrt(2.5) / math.sqrt(5)
+  assert (c.n, c.mean) == (5, 22.0)
+  assert c.sd == pytest.approx(math.sqrt(2.5))
+  assert (c.low, c.high) == pytest.approx((22 - half, 22 + half), abs=1e-3)
+
+
+def test_one_seed_has_no_spread_and_is_not_tested():
+  c = stats.cell([20.0])
+  assert c.n == 1 and math.isnan(c.sd) and math.isnan(c.low)
+  out = stats.compare([1.0, 2.0, 3.0], {"one": [5.0]})
+  assert out["one"].verdict == "not tested" and out["one"].diff == pytest.approx(3.0)
+
+
+def test_clear_difference_is_separated_with_its_sign():
+  reference = [20.0, 20.2, 19.9, 20.1, 19.8]
+  out = stats.compare(reference, {"better": [x + 3 for x in reference], "worse": [x - 3 for x in reference]},
+                      reference_name="sinusoidal")
+  assert out["better"].verdict == "better > sinusoidal" and out["worse"].verdict == "worse < sinusoidal"
+  assert out["better"].low < 3.0 < out["better"].high
+  assert out["better"].p_holm < 0.05
+
+
+def test_holm_within_the_table():
+  reference = [0.0, 1.0, 2.0, 3.0, 4.0]
+  cells = {"a": [1.5, 2.5, 3.5, 4.5, 5.5], "b": [3.0, 4.0, 5.0, 6.0, 7.0], "c": [0.2, 1.2, 2.2, 3.2, 4.2]}
+  out = stats.compare(reference, cells)
+  ps = sorted((c.p, c.p_holm) for c in out.values())
+  m = len(ps)
+  # Holm: the smallest p is multiplied by m, the next by m - 1 (and kept monotone), capped at 1
+  assert ps[0][1] == pytest.approx(min(1.0, m * ps[0][0]))
+  assert ps[1][1] == pytest.approx(min(1.0, max(m * ps[0][0], (m - 1) * ps[1][0])))
+  assert all(adj >= raw for raw, adj in ps)
+
+
+def test_mde_matches_the_power_table_and_shrinks_with_seeds():
+  # Two groups of 5 at alpha 0.05, power 0.8: Cohen's d about 2.02 (noncentral t, not the normal's 1.77)
+  assert stats.mde(5, 5, sd=1.0, alpha=0.05) == pytest.approx(2.02, abs=0.01)
+  assert stats.mde(10, 10, sd=1.0, alpha=0.05) < stats.mde(5, 5, sd=1.0, alpha=0.05)
+  assert stats.mde(5, 5, sd=1.0, alpha=0.05 / 4) > stats.mde(5, 5, sd=1.0, alpha=0.05)
+
+
+def test_not_separated_carries_an_mde_larger_than_the_difference():
+  reference = [20.0, 21.5, 19.0, 20.7, 19.6]
+  out = stats.compare(reference, {"same": [20.3, 19.2, 21.0, 20.1, 20.6]})["same"]
+  assert out.verdict == "not separated"
+  assert out.mde > abs(out.diff) > 0
+
+
+def test_paired_bootstrap_on_decoded_outputs():
+  references = [f"the cat number {i} sat on the mat today" for i in range(60)]
+  good = list(references)
+  bad = [f"a dog {i} stood" for i in range(60)]
+  assert stats.paired_bootstrap(references, bad, good, resamples=200) < 0.05
+  # Two systems each wrong on a different tenth of the sentences: no difference to find. (A system against
+  # itself is no case: sacrebleu's p is then 1 / (resamples + 1) by construction.)
+  one = [("a dog stood" if i < 6 else r) for i, r in enumerate(references)]
+  other = [("a dog stood" if 6 <= i < 12 else r) for i, r in enumerate(references)]
+  assert stats.paired_bootstrap(references, one, other, resamples=200) > 0.2
+  with pytest.raises(ValueError, match="differ in length"):
+    stats.paired_bootstrap(references, good[:-1], good)
