@@ -7,6 +7,7 @@ per row by the input length (:func:`decode_limits`), never by the reference.
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import jax
@@ -14,7 +15,12 @@ import numpy as np
 from jax.sharding import Mesh
 
 from rpr import metrics
+from rpr import progress as progress_lib
 from rpr.sharding import pad_rows, shard_batch
+
+
+# An evaluation with more left than this says how to cap it.
+HINT_AFTER_SECONDS = 120.0
 
 
 def decode_limits(inputs: np.ndarray, pad_id: int, extra: int, cap: int) -> np.ndarray:
@@ -48,17 +54,20 @@ def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Ca
   """
   results = {}
   lm = getattr(task, "is_lm", False)
-  for split in config.eval_splits if splits is None else splits:
+  splits = config.eval_splits if splits is None else splits
+  # Listed first so the progress lines have a total: a few thousand rows per split, already in memory.
+  batches = {split: list(itertools.islice(task.eval_batches(split), config.max_eval_batches)) for split in splits}
+  progress = _progress(batches, "loss" if lm else "loss and decoding", config.max_eval_batches is None)
+  for split in splits:
     sums = {"loss_sum": 0.0, "nll_sum": 0.0, "weight_sum": 0.0, "correct_sum": 0.0}
     matches, lengths, hyps = [], [], []
-    for i, batch in enumerate(task.eval_batches(split)):
-      if config.max_eval_batches is not None and i >= config.max_eval_batches:
-        break
+    for batch in batches[split]:
       batch = pad_rows(batch, mesh.size)
       sharded = shard_batch(batch, mesh)
       for k, v in jax.device_get(eval_fn(params, sharded)).items():
         sums[k] += float(v)
       if lm:  # scored by likelihood alone: nothing to decode
+        progress.update(cost=_cost(batch), note=f"in {split}" if len(splits) > 1 else "")
         continue
       limits = decode_limits(batch["inputs"], task.vocab.pad_id, config.decode_extra_length, max_decode_length)
       # One compiled search per multiple of 16 tokens; each row is then cut at its own limit.
@@ -70,6 +79,7 @@ def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Ca
       lengths.append(np.sum(batch["inputs"][valid] != task.vocab.pad_id, axis=1))
       if task.is_text:
         hyps += [task.vocab.decode(p) for p in predictions[valid]]
+      progress.update(cost=_cost(batch), note=f"in {split}" if len(splits) > 1 else "")
     tokens = max(sums["weight_sum"], 1.0)
     results[f"{split}/loss"] = sums["loss_sum"] / tokens
     results[f"{split}/accuracy"] = sums["correct_sum"] / tokens
@@ -89,7 +99,23 @@ def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Ca
       if config.get("source_length_buckets"):
         results.update(by_length_buckets(split, hyps, references, np.concatenate(lengths),
                                          config.source_length_buckets))
+  progress.finish()
   return results
+
+
+def _cost(batch) -> int:
+  """A batch's share of the evaluation's time, for the ETA: its padded width (the decoding steps it may take);
+  batches come sorted by length, so counting batches alone would promise the long ones too soon."""
+  return batch["inputs"].shape[1] + batch["targets"].shape[1]
+
+
+def _progress(batches: dict, what: str, uncapped: bool) -> progress_lib.Progress:
+  """One progress over every split's batches; a long uncapped evaluation says how to cap it (a short run's
+  test split can take many times its training: beam search over thousands of sentences)."""
+  hint = "cap it for a short run with --config.max_eval_batches=N (N batches per split)" if uncapped else ""
+  return progress_lib.Progress(f"evaluation of {'+'.join(batches)} ({what})", sum(map(len, batches.values())),
+                               "batches", total_cost=sum(_cost(b) for v in batches.values() for b in v),
+                               hint=hint, hint_after=HINT_AFTER_SECONDS)
 
 
 def bucket_names(bounds) -> list[str]:

@@ -1,11 +1,14 @@
 """rpr.train.evaluate with stand-in steps: exact match per input length, and BLEU against the raw references."""
 
+import logging
+
 import ml_collections
 import numpy as np
 import pytest
 
 from rpr import metrics
 from rpr import evaluation
+from rpr import progress
 from rpr import train
 from rpr.data.task import CharVocab, pad_batch
 
@@ -114,3 +117,31 @@ def test_changing_the_references_changes_no_hypothesis(monkeypatch):
   hyps = hypotheses(6)
   assert hyps == ["a" * (len(t) + 2) for t in ("ab", "abc", "ab", "abcd", "a")]  # input length + 2
   assert hypotheses(40) == hyps
+
+
+def test_an_evaluation_logs_its_batches_and_how_to_cap_it_when_uncapped(monkeypatch, caplog):
+  monkeypatch.setattr(progress, "EVERY_SECONDS", 0.0)
+  monkeypatch.setattr(evaluation, "HINT_AFTER_SECONDS", -1.0)  # as if the ETA were long
+  caplog.set_level(logging.INFO, logger="absl")
+  _evaluate(_Task(is_text=True), {})
+  first, second, last = [r.getMessage() for r in caplog.records if r.module == "progress"]
+  assert first.startswith("evaluation of valid (loss and decoding): 1/2 batches, ") and "ETA 0:" in first
+  assert second.startswith("evaluation of valid (loss and decoding): 2/2 batches, ")
+  assert second.endswith("cap it for a short run with --config.max_eval_batches=N (N batches per split)")
+  assert last.startswith("evaluation of valid (loss and decoding): 2 batches done in 0:00:")
+
+
+def test_a_capped_evaluation_counts_to_its_cap_and_gives_no_hint(monkeypatch, caplog):
+  monkeypatch.setattr(progress, "EVERY_SECONDS", 0.0)
+  monkeypatch.setattr(evaluation, "HINT_AFTER_SECONDS", -1.0)
+  caplog.set_level(logging.INFO, logger="absl")
+  config = ml_collections.ConfigDict({"eval_splits": ("valid", "test"), "max_eval_batches": 1,
+                                      "decode_extra_length": 50})
+  task = _Task(is_text=False)
+  train.evaluate(config, task, None, train.make_mesh(), lambda p, b: {"loss_sum": 1.0, "weight_sum": 2.0},
+                 lambda p, inputs, n: task.batches[0]["targets"], max_decode_length=6)
+  lines = [r.getMessage() for r in caplog.records if r.module == "progress"]
+  assert lines[0].startswith("evaluation of valid+test (loss and decoding): 1/2 batches, in valid, ")
+  assert lines[1].startswith("evaluation of valid+test (loss and decoding): 2/2 batches, in test, ")
+  assert lines[2].startswith("evaluation of valid+test (loss and decoding): 2 batches done in ")
+  assert not any("max_eval_batches" in line for line in lines)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
+from rpr import progress
 from rpr.data import fetch, sentencepiece_vocab
 
 DEFAULT_CORPUS_DIR = "~/rpr_data"
@@ -40,6 +41,15 @@ class ArtefactBuilder(tfds.core.GeneratorBasedBuilder):
   def source(self) -> str:
     """The artefact's path, fetched if absent, its SHA-256 checked."""
     return fetch.fetch(self.ARTEFACT, self._corpus_dir, self._sha256)
+
+
+def generate(builder: tfds.core.DatasetBuilder, **kwargs) -> None:
+  """``builder.download_and_prepare(**kwargs)``, timed in the log when it has work to do (TFDS's own progress
+  bars are off: they flood a run's log). For an ``ArtefactBuilder`` that includes fetching its artefact."""
+  if builder.is_prepared():
+    return
+  with progress.Progress(f"data set {builder.name}").ticking():
+    builder.download_and_prepare(**kwargs)
 
 
 def _value(feature) -> Any:

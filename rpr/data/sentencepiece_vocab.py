@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import sentencepiece as spm
 from absl import logging
 
-from rpr import tokens
+from rpr import progress, tokens
 from rpr.data.task import BOS, EOS, PAD
 
 UNK = 3
@@ -93,6 +93,13 @@ def train_sentencepiece(
   return buf.getvalue()
 
 
+def _counted(sentences: Iterable[str], counter: progress.Progress) -> Iterator[str]:
+  for sentence in sentences:
+    counter.update()
+    yield sentence
+  counter.note = "all read, SentencePiece trains on them"
+
+
 def load_or_train(
     path: str | os.PathLike,
     sentences: Callable[[], Iterable[str]],
@@ -117,7 +124,11 @@ def load_or_train(
     logging.info("Loaded SentencePiece vocabulary %s (%d pieces)", path, vocab.size)
     return vocab
   logging.info("Training a %d-piece SentencePiece vocabulary for %s", vocab_size, path)
-  proto = train_sentencepiece(sentences(), vocab_size, hard_vocab_limit=hard_vocab_limit, **train_kwargs)
+  # The trainer reads every sentence, then trains without a word: the lines count what it has read, then time it.
+  counter = progress.Progress(f"vocabulary {os.path.basename(path)}", unit="sentences")
+  with counter.ticking():
+    proto = train_sentencepiece(_counted(sentences(), counter), vocab_size, hard_vocab_limit=hard_vocab_limit,
+                                **train_kwargs)
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
   tmp = f"{path}.tmp.{os.getpid()}"
   with open(tmp, "wb") as f:

@@ -119,7 +119,7 @@ def prepare(data_dir: str, corpus_dir: str = corpus.DEFAULT_CORPUS_DIR,
             sha256: str | None = "pinned") -> SotuBuilder:
   """The builder under ``data_dir``, generating the data from the tarball in ``corpus_dir`` if absent."""
   builder = SotuBuilder(data_dir=os.path.expanduser(data_dir), corpus_dir=corpus_dir, sha256=sha256)
-  builder.download_and_prepare(file_format="array_record")
+  corpus.generate(builder, file_format="array_record")
   return builder
 
 

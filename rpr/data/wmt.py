@@ -40,7 +40,7 @@ from typing import Any, Iterator, Sequence
 import tensorflow_datasets as tfds
 from absl import logging
 
-from rpr.data import sentencepiece_vocab
+from rpr.data import corpus, sentencepiece_vocab
 from rpr.data.text import DEFAULT_MAX_LENGTH, TokenizedPairs, TranslationTask, tokenize_pairs
 
 tfds.display_progress_bar(False)  # no TFDS progress bars in a run's log
@@ -112,7 +112,7 @@ class WmtTask(TranslationTask):
     self.train_cache_dir = os.path.join(self.workdir, "data", name)
     if not os.path.exists(os.path.join(self.train_cache_dir, "meta.json")):
       logging.info("Tokenising %s into %s", train_split, self.train_cache_dir)
-      tokenize_pairs(self._texts(train_split), vocab).save(self.train_cache_dir)
+      tokenize_pairs(self._texts(train_split), vocab, self._num_examples(train_split)).save(self.train_cache_dir)
     if mock_examples:
       # TFDS's mock patches the process, so it must not be active while orbax saves in a background
       # thread: read the evaluation splits now, before training starts.
@@ -127,15 +127,25 @@ class WmtTask(TranslationTask):
   def _tfds_builder(self) -> tfds.core.DatasetBuilder:
     if self._builder is None:
       self._builder = tfds.builder(f"wmt14_translate/{self.config_name}", data_dir=self.data_dir)
-      self._builder.download_and_prepare()  # no-op once prepared
+      corpus.generate(self._builder)  # hours the first time (WMT14's download), a no-op once prepared
     return self._builder
+
+  def _reading(self):
+    # The mock patches TFDS only while TFDS is read, not the rest of the run (orbax's saves among it).
+    return (tfds.testing.mock_data(num_examples=self.mock_examples, policy=tfds.testing.MockPolicy.USE_CODE)
+            if self.mock_examples else contextlib.nullcontext())
+
+  def _num_examples(self, split: str) -> int | None:
+    """Pairs in ``split`` (slices allowed), from TFDS's metadata, for the tokenising lines' ETA; None for
+    mock data, which has none."""
+    with self._reading():
+      splits = self._tfds_builder().info.splits
+      return splits[split].num_examples if len(splits) else None
 
   def _texts(self, split: str, limit: int | None = None,
              chunk: int = 8192) -> Iterator[tuple[list[str], list[str]]]:
     """Chunks of (source texts, target texts) of ``split`` in stored order."""
-    # The mock patches TFDS only while TFDS is read, not the rest of the run (orbax's saves among it).
-    with (tfds.testing.mock_data(num_examples=self.mock_examples, policy=tfds.testing.MockPolicy.USE_CODE)
-          if self.mock_examples else contextlib.nullcontext()):
+    with self._reading():
       ds = self._tfds_builder().as_dataset(split=split, shuffle_files=False)
       if limit is not None:
         ds = ds.take(limit)

@@ -7,14 +7,16 @@ fetches it into ``~/rpr_data`` if absent, and is skipped if it cannot.
 """
 
 import dataclasses
+import logging
 import os
+import re
 import sqlite3
 import zipfile
 
 import numpy as np
 import pytest
 
-from rpr import data
+from rpr import data, progress
 from rpr.data import bible, corpus, fetch
 from rpr.data.task import EOS, PAD
 from tests.conftest import assert_fetched_and_checked, assert_rows_are_slices, real_builder
@@ -117,6 +119,18 @@ def test_vocabulary_is_trained_on_the_train_split_only(tmp_path, wheel, spm_trai
   seen.clear()
   again = make_task(str(tmp_path), wheel)
   assert not seen and again.vocab.model_proto == task.vocab.model_proto
+
+
+def test_generating_the_data_training_the_vocabulary_and_tokenising_each_log_their_progress(tmp_path, wheel,
+                                                                                           monkeypatch, caplog):
+  monkeypatch.setattr(progress, "EVERY_SECONDS", 0.05)
+  caplog.set_level(logging.INFO, logger="absl")
+  make_task(str(tmp_path), wheel)
+  lines = [re.sub(r"\d+:\d\d:\d\d", "T", r.getMessage()) for r in caplog.records if r.module == "progress"]
+  assert "data set rpr_bible_fr_en: T elapsed" in lines  # TFDS writes its files: no count, the time so far
+  assert [line for line in lines if " done in " in line][:3] == [
+      "data set rpr_bible_fr_en: done in T", "vocabulary spm300.model: 32 sentences done in T",
+      "tokenising: 16 pairs done in T"]  # the 16 training pairs, both sides of each in the vocabulary
 
 
 def _row(ids):
