@@ -7,12 +7,14 @@ from typing import Optional
 
 import flax.linen as nn
 import jax
+import numpy as np
 
 from rpr.attention.positions.base import Scheme, Terms, register
 from rpr.attention.positions.sinusoidal import add_sinusoid
-from rpr.attention.relative import Relative, check_max_distance
+from rpr.attention.relative import Relative
 
 Array = jax.Array
+MAX_DISTANCE = 2 ** 16  # without a model's max_length: a table of 2k+1 rows stays small
 
 
 @register("shaw")
@@ -27,8 +29,13 @@ class Shaw(Scheme):
     share_heads: bool = False  # one table for all heads (Shaw's big model) instead of one per head
     add_sinusoidal: bool = False  # also the absolute sinusoids at the embeddings (Shaw et al. drop them)
 
-    def check(self, head_dim: Optional[int] = None) -> None:
-      check_max_distance(self.max_distance)
+    def check(self, head_dim: Optional[int] = None, max_length: Optional[int] = None) -> None:
+      # No distance in a sequence exceeds its length: a larger k only adds table rows that are never trained.
+      limit = MAX_DISTANCE if max_length is None else min(max_length, MAX_DISTANCE)
+      k = self.max_distance
+      if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= limit:
+        raise ValueError(f"shaw option max_distance = {k!r} is not allowed; allowed: an int >= 0 and <= {limit}"
+                         + (" (model.max_length)" if limit == max_length else ""))
 
   def embed(self, x: Array, offset=0) -> Array:
     return add_sinusoid(x, offset) if self.options.add_sinusoidal else x
