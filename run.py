@@ -178,21 +178,21 @@ def _run():
   from rpr import workdir
 
   checkpoint.quiet_orbax_logs()
-  config_dict, single = _load_config(), flags.FLAGS["config"].present
+  single = flags.FLAGS["config"].present
   # Every check but the device count's before JAX starts (or logs anything), so a user error is the only line;
   # the config's own before the workdir is made, then the workdir's lock (one run per workdir), then its history.
-  config = config_lib.parse(config_dict)
+  config = config_lib.parse(_load_config())
   if single and not _MULTIHOST.value:
     workdir.acquire(_WORKDIR.value)
   try:  # a clean exit (finished, stopped by a signal, a user error) leaves the lock empty: nothing stale
-    _start(config, config_dict, single)
+    _start(config, single)
   finally:
     workdir.release(_WORKDIR.value)
 
 
-def _start(config, config_dict, single: bool) -> None:
-  """The run, once its workdir is held: the workdir's history checked, JAX started, then one training run (or the
-  quick comparison of ``config_dict``'s variants)."""
+def _start(config, single: bool) -> None:
+  """The run of the parsed ``config``, once its workdir is held: the workdir's history checked, JAX started, then
+  one training run (or the quick comparison)."""
   from rpr import config as config_lib
   from rpr import record
 
@@ -212,7 +212,7 @@ def _start(config, config_dict, single: bool) -> None:
   logging.info("JAX process %d of %d, %d local / %d global devices (%s).", jax.process_index(), jax.process_count(),
                jax.local_device_count(), jax.device_count(), jax.devices()[0].platform)
   if not single:  # the default: the quick comparison
-    _compare(config_dict, _WORKDIR.value)
+    _compare(_load_config(), _WORKDIR.value)  # the config file's ConfigDict, once per scheme
     return
   results = train.train_and_evaluate(config, _WORKDIR.value, allow_config_change=_ALLOW_CONFIG_CHANGE.value,
                                      restore_unverified=_RESTORE_UNVERIFIED.value,

@@ -191,7 +191,7 @@ def _labels(configs: Sequence[dict], skip_unused: bool) -> list[str]:
 
 def _unused_option(config: dict, key: str) -> bool:
   """Whether flat ``key`` is an option of a position scheme (``max_distance``, Shaw's) that ``config`` does not
-  use: the model reads the options of ``position`` and ``cross_position`` only (``rpr.config.from_dict``)."""
+  use: the model reads the options of ``position`` and ``cross_position`` only (``rpr.config.RunConfig.from_dict``)."""
   scheme = _SCHEME_OF_OPTION.get(key)
   return scheme is not None and scheme not in (config.get("position"), config.get("cross_position"))
 

@@ -50,7 +50,7 @@ class Data:
   The data set's factory (:mod:`rpr.data`) is given this section: its own keys
   read as attributes of it (``section.max_length``) and through ``section.get``.
   """
-  dataset: str = setting("reverse", str)  # a name in rpr.data (checked by check())
+  dataset: Optional[str] = setting(None, str, optional=True)  # a name in rpr.data: required (from_dict checks it)
   seed: int = setting(0, int, lo=0, hi=MAX_SEED)  # the batch order, the parameter init and dropout
   batch_size: Optional[int] = setting(64, int, lo=1, hi=MAX_BATCH, optional=True,
                                       why=" (None: a token-budget data set's batches)")
@@ -171,7 +171,7 @@ class RunConfig:
       raise ValueError(f"unknown config key(s) {', '.join('config.' + k for k in unknown)}; allowed: the engine's "
                        f"(configs/base.py) and those a data set reads (rpr.data.register(section=...)): "
                        f"{sorted(allowed)}")
-    dataset = values.get("dataset", Data.dataset)
+    dataset = values.get("dataset")
     if not isinstance(dataset, str) or dataset not in data.REGISTRY:
       raise ValueError(f"config.dataset: unknown data set {dataset!r}; allowed: {data.names()}")
     own = data.REGISTRY[dataset].section(**_pick(data.REGISTRY[dataset].section, values))

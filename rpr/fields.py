@@ -17,7 +17,7 @@ import math
 import numbers
 from typing import Any, Iterable, Optional
 
-_META = "rpr.setting"
+_META = "rpr_setting"  # the metadata key of a declared field
 
 
 @dataclasses.dataclass(frozen=True)

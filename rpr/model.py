@@ -150,8 +150,8 @@ class ModelConfig:
     need(isinstance(self.cross_position, str) and self.cross_position in cross, "cross_position",
          f"{cross} (absolute schemes act at the embeddings, not in encoder-decoder attention)")
     for name, key in ((self.position, "position_options"), (self.cross_position, "cross_position_options")):
-      try:  # the checks that depend on the model: RoPE's even head_dim, Shaw's distance within max_length
-        positions.parse_options(name, getattr(self, key), self.head_dim, self.max_length)
+      try:  # the checks that depend on the width (RoPE's even head_dim)
+        positions.parse_options(name, getattr(self, key), self.head_dim)
       except ValueError as e:
         raise ValueError(f"config.model.{key}: {e}") from None
 

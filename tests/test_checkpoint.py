@@ -18,7 +18,7 @@ from rpr import checkpoint
 from rpr import provenance
 from rpr import train
 from tests.test_train import ROOT, _env, load_state, tiny_config
-from rpr import record
+from rpr import record as record_lib
 from tests.test_train import ConfigError, validate, train_run
 
 # Checkpoints every 2 steps, the last 2 kept; no evaluation, so each run compiles only the train step.
@@ -322,7 +322,7 @@ def test_a_position_option_added_since_the_record_resumes_at_its_default_only(tm
   # Runs recorded before a scheme gained an option lack its key; at its default it changes nothing.
   workdir = tmp_path / "run"
   (workdir / "checkpoints" / "2").mkdir(parents=True)
-  config = tiny_config()
+  config = tiny_config(model={"position": "learned"})  # the options of the scheme the model uses
   record = json.loads(config.to_json_best_effort())
   del record["model"]["learned"]["learned_init_std"]
   (workdir / "config.json").write_text(json.dumps({"config": record}))
@@ -342,7 +342,7 @@ def test_a_record_from_before_the_options_moved_resumes_as_the_same_config(tmp_p
   del record["model"]["learned"]  # and learned_init_std did not exist yet
   record["model"]["position_options"] = flat
   (workdir / "config.json").write_text(json.dumps({"config": record}))
-  assert record.migrate(record)["model"]["shaw"] == dict(config.model.shaw)
+  assert record_lib.migrate(record)["model"]["shaw"] == dict(config.model.shaw)
   validate(config, num_devices=1, workdir=str(workdir))
   config.model.shaw.max_distance += 1
   with pytest.raises(ConfigError, match=r"model.shaw.max_distance 4 -> 5"):

@@ -44,8 +44,6 @@ BAD = [
     (dict(model={"shaw": {"max_distance": 99999999999999999999}}),
      r"config.model.shaw: shaw option max_distance = 99999999999999999999 is not allowed; allowed: an int >= 0 and "
      r"<= 65536"),
-    (dict(model={"shaw": {"max_distance": 65}}), r"config.model.position_options: shaw option max_distance = 65 is "
-                                                 r"not allowed; allowed: an int >= 0 and <= 64 \(model.max_length\)"),
     (dict(model={"shaw": {"max_distance": 10 ** 9}}), r"max_distance = 1000000000 is not allowed"),
     (dict(model={"d_model": 10 ** 9}), r"config.model.d_model = 1000000000 is not allowed; .* <= 65536"),
     (dict(model={"d_ff": 10 ** 9}), r"config.model.d_ff = 1000000000 is not allowed"),

@@ -184,7 +184,7 @@ def run_steps(num_steps):
   mesh = train.make_mesh()
   task = data.get_task(config)
   model = model_lib.Transformer(parse(config).model.replace(vocab_size=task.vocab.size))
-  tx, schedule = optim.make_optimizer(config, model.config.d_model)
+  tx, schedule = optim.make_optimizer(parse(config).optim, model.config.d_model, config.num_train_steps)
   first = task.train_batch(0)
   rep, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
   state = jax.jit(functools.partial(train.init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
@@ -229,7 +229,7 @@ BAD_CONFIGS = [
     (dict(model={"cross_position": "sinusoidal"}), r"config.model.cross_position.*allowed"),
     (dict(model={"num_heads": 3}), r"config.model.num_heads = 3.*allowed: a divisor of d_model = 32"),
     (dict(model={"shaw": {"max_distance": -1}}),
-     r"config.model.shaw: max_distance \(clipping distance k\) must be >= 0, got -1"),
+     r"config.model.shaw: shaw option max_distance = -1 is not allowed; allowed: an int >= 0 and <= 65536"),
     (dict(dataset="wmt99"), r"config.dataset: unknown data set 'wmt99'; allowed: \[.*'copy'"),
     (dict(dataset=""), r"config.dataset: unknown data set ''"),
     (dict(eval_splits=("test",)), r"config.eval_splits.*allowed: names from \['valid', 'long'\]"),

@@ -39,7 +39,7 @@ class Terms:
 class NoOptions:
   """The options of a scheme that has none."""
 
-  def check(self, head_dim: Optional[int] = None, max_length: Optional[int] = None) -> None:
+  def check(self, head_dim: Optional[int] = None) -> None:
     """Raises ``ValueError`` (or ``TypeError``) naming a bad value and what is allowed."""
 
 
@@ -105,13 +105,12 @@ def defaults(name: str) -> dict[str, Any]:
   return dataclasses.asdict(get(name).Options())
 
 
-def parse_options(name: str, values=None, head_dim: Optional[int] = None, max_length: Optional[int] = None):
+def parse_options(name: str, values=None, head_dim: Optional[int] = None):
   """The typed, checked ``Options`` of scheme ``name`` from a mapping of its fields (or its ``Options``).
 
   Fields left out keep their defaults. An unknown field, a value of the
   wrong type or out of range raises ``ValueError`` naming it and what is
-  allowed; ``head_dim`` and ``max_length`` add the checks that depend on the model (RoPE's even width, Shaw's
-  clipping distance within the longest sequence).
+  allowed; ``head_dim`` adds the checks that depend on it (RoPE's even width).
   """
   cls = get(name).Options
   if isinstance(values, cls):
@@ -127,7 +126,7 @@ def parse_options(name: str, values=None, head_dim: Optional[int] = None, max_le
       _check_type(name, key, value, type(fields[key].default))
     options = cls(**values)
   try:
-    options.check(head_dim, max_length)
+    options.check(head_dim)
   except TypeError as e:
     raise ValueError(str(e)) from None
   return options

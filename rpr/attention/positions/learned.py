@@ -25,7 +25,7 @@ class Learned(Scheme):
     # token embeddings by sqrt(d_model) to unit variance).
     learned_init_std: float = 0.02
 
-    def check(self, head_dim: Optional[int] = None, max_length: Optional[int] = None) -> None:
+    def check(self, head_dim: Optional[int] = None) -> None:
       if not 0 < self.learned_init_std <= float(np.finfo(np.float64).max):  # finite, as a float
         raise ValueError(f"learned option learned_init_std = {self.learned_init_std!r} is not allowed; "
                          "allowed: a finite number > 0")

@@ -40,7 +40,7 @@ class RoPE(Scheme):
   class Options:
     rope_base: float = 10000.0  # frequency base
 
-    def check(self, head_dim: Optional[int] = None, max_length: Optional[int] = None) -> None:
+    def check(self, head_dim: Optional[int] = None) -> None:
       # inf, or an int no float holds, is not a base
       if not 1 < self.rope_base <= float(np.finfo(np.float64).max):
         raise ValueError(f"rope option rope_base = {self.rope_base!r} is not allowed; allowed: a finite number > 1")

@@ -14,7 +14,9 @@ from rpr.attention.positions.sinusoidal import add_sinusoid
 from rpr.attention.relative import Relative
 
 Array = jax.Array
-MAX_DISTANCE = 2 ** 16  # without a model's max_length: a table of 2k+1 rows stays small
+# The cap that stops a huge k before any allocation (issue 71): 2k+1 table rows. Not the model's max_length: a k
+# past the longest sequence only adds rows never trained, and a committed sweep (table2_cpu) trains k = 64 there.
+MAX_DISTANCE = 2 ** 16
 
 
 @register("shaw")
@@ -29,13 +31,11 @@ class Shaw(Scheme):
     share_heads: bool = False  # one table for all heads (Shaw's big model) instead of one per head
     add_sinusoidal: bool = False  # also the absolute sinusoids at the embeddings (Shaw et al. drop them)
 
-    def check(self, head_dim: Optional[int] = None, max_length: Optional[int] = None) -> None:
-      # No distance in a sequence exceeds its length: a larger k only adds table rows that are never trained.
-      limit = MAX_DISTANCE if max_length is None else min(max_length, MAX_DISTANCE)
+    def check(self, head_dim: Optional[int] = None) -> None:
       k = self.max_distance
-      if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= limit:
-        raise ValueError(f"shaw option max_distance = {k!r} is not allowed; allowed: an int >= 0 and <= {limit}"
-                         + (" (model.max_length)" if limit == max_length else ""))
+      if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= MAX_DISTANCE:
+        raise ValueError(f"shaw option max_distance = {k!r} is not allowed; allowed: an int >= 0 and <= "
+                         f"{MAX_DISTANCE}")
 
   def embed(self, x: Array, offset=0) -> Array:
     return add_sinusoid(x, offset) if self.options.add_sinusoidal else x

@@ -45,7 +45,7 @@ class T5Bias(Scheme):
     num_buckets: int = 32  # buckets (both directions together unless causal); T5: 32
     bucket_max_distance: int = 128  # distances from here on share the last bucket; T5: 128
 
-    def check(self, head_dim: Optional[int] = None, max_length: Optional[int] = None) -> None:
+    def check(self, head_dim: Optional[int] = None) -> None:
       if self.num_buckets < 2:
         raise ValueError(f"t5 option num_buckets = {self.num_buckets} is not allowed; allowed: an int >= 2")
       if self.bucket_max_distance < self.num_buckets:
