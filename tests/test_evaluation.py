@@ -1,9 +1,9 @@
 """rpr.train.evaluate with stand-in steps: exact match per input length, and BLEU against the raw references."""
 
-import ml_collections
 import numpy as np
 import pytest
 
+from rpr import config as rpr_config
 from rpr import metrics
 from rpr import evaluation
 from rpr import train
@@ -32,9 +32,8 @@ class _Task:
 
 
 def _evaluate(task, wrong_rows, eval_by_length=True, buckets=()):
-  config = ml_collections.ConfigDict({"eval_splits": ("valid",), "max_eval_batches": None,
-                                      "eval_by_length": eval_by_length, "decode_extra_length": 50,
-                                      "source_length_buckets": buckets})
+  config = rpr_config.Eval(eval_splits=("valid",), max_eval_batches=None, eval_by_length=eval_by_length,
+                           decode_extra_length=50, source_length_buckets=buckets)
   seen = []
 
   def eval_fn(params, batch):
@@ -96,8 +95,8 @@ def test_changing_the_references_changes_no_hypothesis(monkeypatch):
     task = _Task(is_text=True)
     for b in task.batches:  # longer references, padded wider (the old limit was the targets' width)
       b["targets"] = np.pad(b["targets"], ((0, 0), (0, target_width - b["targets"].shape[1])))
-    config = ml_collections.ConfigDict({"eval_splits": ("valid",), "max_eval_batches": None,
-                                        "eval_by_length": False, "decode_extra_length": 2})
+    config = rpr_config.Eval(eval_splits=("valid",), max_eval_batches=None, eval_by_length=False,
+                             decode_extra_length=2)
 
     def predict_fn(params, inputs, max_decode_len):
       # A model that never stops: it writes "a" forever, so only the limit ends a row.
