@@ -17,8 +17,10 @@ configs/base.py) and exits. One run holds a workdir at a time
 its last verified checkpoint when the same command runs again (an older one
 if the last does not restore; see rpr/checkpoint.py; ``--restore_unverified``
 for one without checksums); a changed config is refused unless its keys are in
-rpr.run_config.RESUME_SAFE_KEYS or ``--allow_config_change``, and
-checkpoints without a config.json unless ``--trust_checkpoints``. SIGTERM
+rpr.record.RESUME_SAFE_KEYS or ``--allow_config_change``, and
+checkpoints without a config.json unless ``--trust_checkpoints``. The
+config file's ConfigDict is parsed here once, into the typed
+``rpr.config.RunConfig`` the library takes (``rpr.config.parse``). SIGTERM
 saves a checkpoint after the current step and exits with status 3.
 Single keys are overridden with ``--config.<key>=<value>``. On a multi-host
 cluster (TPU pod slice, several GPU hosts) pass ``--multihost`` on every host
@@ -70,7 +72,7 @@ _TRUST_CHECKPOINTS = flags.DEFINE_bool(
     "trust_checkpoints", False, "Go on in a workdir that has checkpoints but no config.json, taking this config as "
     "the one that trained them.")
 _ALLOW_CONFIG_CHANGE = flags.DEFINE_list(
-    "allow_config_change", [], "Config keys a resumed run may change besides rpr.run_config.RESUME_SAFE_KEYS, "
+    "allow_config_change", [], "Config keys a resumed run may change besides rpr.record.RESUME_SAFE_KEYS, "
     "e.g. learning_rate,model.dropout_rate.")
 
 
@@ -135,12 +137,12 @@ def _load_config():
 def _user_errors() -> tuple:
   """The exceptions that are the user's to fix, reported in one line (bugs keep their traceback)."""
   from rpr import checkpoint
+  from rpr import config as config_lib
   from rpr import data
   from rpr import records
-  from rpr import run_config
   from rpr import workdir
 
-  errors = (run_config.ConfigError, checkpoint.CheckpointError, workdir.Busy, workdir.Unusable, data.DataError,
+  errors = (config_lib.ConfigError, checkpoint.CheckpointError, workdir.Busy, workdir.Unusable, data.DataError,
             records.Damaged, records.Unwritable)
   if "rpr.train" in sys.modules:  # imports JAX: only once a run has started
     errors += (sys.modules["rpr.train"].NonFiniteError,)
@@ -172,14 +174,14 @@ def main(argv):
 
 def _run():
   from rpr import checkpoint
-  from rpr import run_config  # imports JAX without starting its runtime
+  from rpr import config as config_lib  # imports JAX without starting its runtime
   from rpr import workdir
 
   checkpoint.quiet_orbax_logs()
-  config, single = _load_config(), flags.FLAGS["config"].present
+  single = flags.FLAGS["config"].present
   # Every check but the device count's before JAX starts (or logs anything), so a user error is the only line;
   # the config's own before the workdir is made, then the workdir's lock (one run per workdir), then its history.
-  run_config.validate(config, 1, quiet=True)
+  config = config_lib.parse(_load_config())
   if single and not _MULTIHOST.value:
     workdir.acquire(_WORKDIR.value)
   try:  # a clean exit (finished, stopped by a signal, a user error) leaves the lock empty: nothing stale
@@ -189,12 +191,14 @@ def _run():
 
 
 def _start(config, single: bool) -> None:
-  """The run, once its workdir is held: the workdir's history checked, JAX started, then one training run (or the
-  quick comparison)."""
-  from rpr import run_config
+  """The run of the parsed ``config``, once its workdir is held: the workdir's history checked, JAX started, then
+  one training run (or the quick comparison)."""
+  from rpr import config as config_lib
+  from rpr import record
 
-  run_config.validate(config, 1, _WORKDIR.value if single else None, _ALLOW_CONFIG_CHANGE.value if single else (),
-                      quiet=True, trust_checkpoints=_TRUST_CHECKPOINTS.value)
+  if single:
+    record.check_resume(config, _WORKDIR.value, _ALLOW_CONFIG_CHANGE.value, quiet=True,
+                        trust_checkpoints=_TRUST_CHECKPOINTS.value)
   import jax  # after flag parsing, so --multihost can initialise the runtime first
 
   if _MULTIHOST.value:
@@ -204,11 +208,11 @@ def _start(config, single: bool) -> None:
     jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   from rpr import train
 
-  run_config.validate(config, jax.device_count())  # the batch sizes against the devices, before the first log line
+  config_lib.check_devices(config, jax.device_count())  # the batch sizes against the devices, before any log line
   logging.info("JAX process %d of %d, %d local / %d global devices (%s).", jax.process_index(), jax.process_count(),
                jax.local_device_count(), jax.device_count(), jax.devices()[0].platform)
   if not single:  # the default: the quick comparison
-    _compare(config, _WORKDIR.value)
+    _compare(_load_config(), _WORKDIR.value)  # the config file's ConfigDict, once per scheme
     return
   results = train.train_and_evaluate(config, _WORKDIR.value, allow_config_change=_ALLOW_CONFIG_CHANGE.value,
                                      restore_unverified=_RESTORE_UNVERIFIED.value,

@@ -189,8 +189,14 @@ def set_scheme(c: ml_collections.ConfigDict, settings: Mapping[str, Any], where:
   if "k" in settings:
     if position != "shaw":
       raise ValueError(f"{where}: variant {variant!r}: k= is Shaw's clipping distance; pe={position} has none")
-    c.model.shaw.max_distance = settings["k"]
+    set_k(c, settings["k"])
   c.model.position = position
+
+
+def set_k(c: ml_collections.ConfigDict, k: int) -> None:
+  """Shaw's clipping distance, by its shorthand ``k`` (the variant key ``k=``): the config key
+  ``model.shaw.max_distance``, whose one default (16) is Shaw's ``Options``' (rpr/attention/positions/shaw.py)."""
+  c.model.shaw.max_distance = k
 
 
 # The variant keys of set_scheme, for parse_variant.

@@ -27,7 +27,7 @@ from configs import base
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
   flags, _ = base.parse_variant(variant, "configs/default.py", flags=("sinusoidal",))
   c = base.get_config()
-  c.model.shaw.max_distance = 8  # Shaw's k
+  base.set_k(c, 8)  # Shaw's clipping distance
   if "sinusoidal" in flags:
     c.model.position = "sinusoidal"
   return c

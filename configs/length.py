@@ -46,7 +46,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.model.dropout_rate = 0.0  # no dropout
   c.model.max_length = 64  # learned tables and decode caches
   c.model.position = "shaw"
-  c.model.shaw.max_distance = 8  # Shaw's k
+  base.set_k(c, 8)  # Shaw's clipping distance
   c.optimizer, c.schedule = "adam", "rsqrt"  # Adam (0.9, 0.98, 1e-9), peak at warmup_steps
   c.learning_rate, c.warmup_steps = 3e-3, 200  # peak rate and warm-up
   c.label_smoothing = 0.1  # as in Vaswani et al.
@@ -65,7 +65,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.model.num_heads = 2
     c.model.d_ff = 64
     c.model.num_encoder_layers = c.model.num_decoder_layers = 1
-    c.model.shaw.max_distance = 2
+    base.set_k(c, 2)
     c.warmup_steps = 5
     c.num_train_steps = 10
     c.eval_every_steps = 10

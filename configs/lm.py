@@ -67,7 +67,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.model.position = "shaw"  # variant pe=...; Shaw's k is its default, 16 (variant k=...)
   c.model.pre_layer_norm = True  # stable without a long warm-up
   c.model.share_embeddings = True  # tied input and output embeddings
-  c.model.max_length = LONG * c.lm_context_length  # learned tables and the decode cache reach the x8 split
+  c.model.max_length = LONG * c.lm_context_length  # learned tables and the decode cache cover the x8 split
   c.model.attention_implementation = "chunked"  # linear memory: the x8 windows hold no [L, L] tensor
   base.set_scheme(c, settings, where, variant)
 

@@ -10,6 +10,7 @@ key is documented in ``configs/base.py``; only the values below differ.
 
 import ml_collections
 
+from configs import base
 from configs import default
 
 
@@ -27,7 +28,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.model.d_ff = 64  # feed-forward width
   c.model.num_encoder_layers = 1  # one encoder block
   c.model.num_decoder_layers = 1  # one decoder block
-  c.model.shaw.max_distance = 4  # Shaw's k
+  base.set_k(c, 4)  # Shaw's clipping distance
   c.learning_rate = 1e-2  # rsqrt peak
   c.warmup_steps = 10  # short warm-up
   c.num_train_steps = 40  # total steps

@@ -152,7 +152,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.model.attention_dropout_rate = 0.0  # as in the papers (only residual and embedding dropout)
   c.model.max_length = 512  # decode cache bound: eval sentences are never filtered by length
   if "k" in settings:
-    c.model.shaw.max_distance = settings["k"]
+    base.set_k(c, settings["k"])
   c.model.shaw.use_keys = _SWITCH[settings.get("ak", "on")]  # a^K
   c.model.shaw.use_values = _SWITCH[settings.get("av", "on")]  # a^V
 
@@ -209,7 +209,7 @@ def _tiny(c: ml_collections.ConfigDict, settings: dict) -> None:
   for key in ("d_model", "num_heads", "d_ff", "dropout_rate"):
     c.model[key] = tiny[key]
   if "k" not in settings:
-    c.model.shaw.max_distance = tiny["position_options"]["max_distance"]
+    c.model.shaw.update(tiny["position_options"])
   c.model.num_encoder_layers = c.model.num_decoder_layers = 1
   c.model.max_length = 64
   c.vocab_size = 300

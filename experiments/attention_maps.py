@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import render
-from rpr import run_config
+from rpr import config as config_lib
 from rpr.data import arithmetic
 from rpr.data.task import CharVocab
 from rpr.model import Transformer
@@ -26,8 +26,9 @@ from rpr.model import Transformer
 def encoder_attention(config, params, text: str) -> np.ndarray:
   """Encoder self-attention weights ``[layers, heads, len(text), len(text)]`` for one input."""
   vocab = CharVocab(arithmetic.VOCAB_CHARS)
-  model = Transformer(run_config.model_config(config, vocab.size).replace(deterministic=True))
-  length = arithmetic.config_by_name(config.arithmetic_config).max_input_length
+  config = config_lib.parse(config)
+  model = Transformer(config.model.replace(vocab_size=vocab.size, deterministic=True))
+  length = arithmetic.config_by_name(config.data.arithmetic_config).max_input_length
   ids = np.zeros((1, max(length, len(text))), np.int32)  # right-padded with PAD (masked), as in training
   ids[0, :len(text)] = vocab.encode(text)
   _, state = model.apply({"params": params}, jnp.asarray(ids), method=Transformer.encode, mutable=["intermediates"])

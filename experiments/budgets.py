@@ -31,11 +31,11 @@ from experiments import noise
 from experiments import paper
 from experiments import render
 from experiments import runs as runs_lib
-from rpr import run_config
+from rpr import config as config_lib
 
 BUDGET_KEYS = ("seed", "num_train_steps", "eval_every_steps", "eval_splits", "final_eval_splits", "decode_method",
                "final_decode_method", "checkpoint_every_steps", "keep_checkpoints", "log_every_steps", "tensorboard",
-               *run_config.PLATEAU_KEYS)
+               *config_lib.PLATEAU_KEYS)
 
 
 NOT_JUDGED = "not judged (one seed)"

@@ -51,13 +51,13 @@ def _restore(workdir: str):
   """``(task, model, params)`` of the run in ``workdir`` (deterministic model, newest checkpoint)."""
   from rpr import data
   from rpr import model as model_lib
-  from rpr import run_config
+  from rpr import record
 
-  config = run_config.read_config(workdir)
-  task = data.get_task(config, workdir, 1)
+  config = record.load(workdir)
+  task = data.get_task(config.data, workdir, 1)
   if getattr(task, "is_lm", False):
     raise ValueError(f"{workdir}: a decoder-only run; the probe reads an encoder-decoder model")
-  model = model_lib.build(run_config.model_config(config, task.vocab.size).replace(deterministic=True))
+  model = model_lib.build(config.model.replace(vocab_size=task.vocab.size, deterministic=True))
   return task, model, runs_lib.load_params(workdir)
 
 

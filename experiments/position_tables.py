@@ -56,18 +56,18 @@ def initial_params(workdir: str):
   import jax
   import optax
 
-  from rpr import run_config
+  from rpr import record as record_lib
   from rpr import train
 
   with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
     record = json.load(f)
-  config = run_config.read_config(workdir)
-  model_config = run_config.model_config(config, record["model_config"]["vocab_size"])
+  config = record_lib.load(workdir)
+  model_config = config.model.replace(vocab_size=record["model_config"]["vocab_size"])
   # Jitted, as training initialises (eager initialisers may differ in the last bit). Parameter shapes do not
   # depend on the lengths of the dummy batch; a decoder-only model takes inputs of length 0.
   init = jax.jit(functools.partial(train.init_state, model=train.build(model_config), tx=optax.identity(),
                                    input_length=8 if model_config.num_encoder_layers else 0, target_length=8))
-  return init(jax.random.PRNGKey(config.seed)).params
+  return init(jax.random.PRNGKey(config.data.seed)).params
 
 
 def measure(workdir: str) -> list[dict]:

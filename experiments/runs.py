@@ -22,7 +22,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from rpr import run_config
+from rpr import config as config_lib
+from rpr import record
 from rpr.attention import positions
 from rpr import records as records_lib
 
@@ -97,7 +98,7 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
       raw = json.load(f)["config"]
     with open(metrics_path, encoding="utf-8") as f:
       records = records_lib.dedupe([json.loads(line) for line in f if line.strip()])
-    runs.append(RunRecord(workdir, flatten(with_engine_defaults(raw)), records, run_config.migrate(raw)))
+    runs.append(RunRecord(workdir, flatten(with_engine_defaults(raw)), records, record.migrate(raw)))
   return runs
 
 
@@ -115,8 +116,8 @@ def with_engine_defaults(config: dict) -> dict:
   from configs import base
 
   defaults = base.get_config().to_dict()
-  config = run_config.migrate(config)
-  return {**{k: defaults[k] for k in run_config.ENGINE_KEYS if k in defaults and k not in config}, **config}
+  config = record.migrate(config)
+  return {**{k: defaults[k] for k in config_lib.ENGINE_KEYS if k in defaults and k not in config}, **config}
 
 
 def flatten(config: dict) -> dict:
@@ -190,7 +191,7 @@ def _labels(configs: Sequence[dict], skip_unused: bool) -> list[str]:
 
 def _unused_option(config: dict, key: str) -> bool:
   """Whether flat ``key`` is an option of a position scheme (``max_distance``, Shaw's) that ``config`` does not
-  use: the model reads the options of ``position`` and ``cross_position`` only (``rpr.run_config.model_config``)."""
+  use: the model reads the options of ``position`` and ``cross_position`` only (``rpr.config.RunConfig.from_dict``)."""
   scheme = _SCHEME_OF_OPTION.get(key)
   return scheme is not None and scheme not in (config.get("position"), config.get("cross_position"))
 

@@ -170,9 +170,9 @@ def finished(workdir: str, config) -> bool:
     return False
   with open(path, encoding="utf-8") as f:
     records = [json.loads(line) for line in f if line.strip()]
-  from rpr import run_config
+  from rpr.config import evaluated_splits
 
-  splits = run_config.evaluated_splits(config)
+  splits = evaluated_splits(config)
   end = records_lib.end_step(records, config.num_train_steps)
   last = {}
   for r in records:
@@ -224,14 +224,14 @@ def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
   and the rest go on, and a run that a signal stopped (saved, resumable)
   ends the loop: the runs after it are not started.
   """
+  parsed = {}  # each job's typed config, parsed here (the boundary) when this function trains
   if train_fn is None:
     import jax
-
-    from rpr import run_config
-    from rpr import train  # JAX: imported only when something trains
+    from rpr import config as config_lib, record, train  # JAX: imported only when something trains
 
     for job in jobs:  # every config fails before any run trains; the run's own start logs what it resumes with
-      run_config.validate(job.config, num_devices=jax.device_count(), workdir=job.workdir, quiet=True)
+      record.check_resume(parsed.setdefault(job.workdir, config_lib.parse(job.config, jax.device_count())),
+                          job.workdir, quiet=True)
     train_fn = train.train_and_evaluate
   from rpr import stop
 
@@ -247,7 +247,7 @@ def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
     logging.info("[%d/%d] %s: %s", i + 1, len(jobs), job.workdir, job.command)
     t0 = time.time()
     try:
-      result = train_fn(job.config, job.workdir) or {}
+      result = train_fn(parsed.get(job.workdir, job.config), job.workdir) or {}
     except workdir_lib.Busy as e:  # another worker trains it: not a failure of the run
       logging.warning("%s; going on with the next run.", e)
       outcome["busy"].append(job.workdir)

@@ -37,7 +37,7 @@ def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Ca
              max_decode_length: int, splits=None) -> dict[str, float]:
   """Loss, token accuracy, exact match (decoded) and, for text tasks, BLEU and chrF on each split.
 
-  ``splits``: the names evaluated (default ``config.eval_splits``).
+  ``config``: the run's :class:`rpr.config.Eval`. ``splits``: the names evaluated (default ``config.eval_splits``).
 
   A language-model task (``task.is_lm``) is scored by likelihood only:
   ``<split>/perplexity`` (exp of the unsmoothed per-token negative
@@ -88,7 +88,7 @@ def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Ca
       results[f"{split}/tokens"] = sums["weight_sum"]
       continue
     results[f"{split}/exact_match"] = float(np.mean(np.concatenate(matches))) if matches else 0.0
-    if config.get("eval_by_length") and matches:
+    if config.eval_by_length and matches:
       by_length = metrics.mean_by_length(np.concatenate(matches), np.concatenate(lengths))
       results.update({f"{split}/exact_match_by_length/{n}": v for n, v in by_length.items()})
     if task.is_text:
@@ -96,7 +96,7 @@ def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Ca
       references = task.references(split)[:len(hyps)]
       results[f"{split}/bleu"] = metrics.bleu(hyps, references)
       results[f"{split}/chrf"] = metrics.chrf(hyps, references)
-      if config.get("source_length_buckets"):
+      if config.source_length_buckets:
         results.update(by_length_buckets(split, hyps, references, np.concatenate(lengths),
                                          config.source_length_buckets))
   progress.finish()

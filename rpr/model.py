@@ -21,7 +21,7 @@ target (see :func:`init_cache`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
@@ -31,10 +31,13 @@ import numpy as np
 from rpr import blocks
 from rpr.attention import layer as attention_layer
 from rpr.attention import positions
+from rpr.fields import check, refuse, setting
 from rpr.tokens import BOS, EOS, PAD
 
 Array = jax.Array
 DTYPES = ("float32", "bfloat16")
+# Bounds of the sizes (issue 71: a huge value is refused in one line, before any allocation).
+MAX_VOCAB, MAX_WIDTH, MAX_LAYERS, MAX_LENGTH = 2 ** 20, 2 ** 16, 256, 2 ** 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +60,7 @@ class ModelConfig:
       decoder, used at the embeddings (absolute schemes) and in self-attention.
     position_options: that scheme's ``Options`` (typed, checked; a mapping of
       their fields is converted, None gives the defaults), e.g. Shaw's
-      ``max_distance``, ``use_keys``, ``use_values``, ``share_heads``, ``add_sinusoidal``.
+      clipping distance, ``use_keys``, ``use_values``, ``share_heads``, ``add_sinusoidal``.
     cross_position: scheme of the encoder-decoder attention; ``"none"`` as in
       Shaw et al. Only schemes acting inside attention are allowed here.
     cross_position_options: its ``Options``, as ``position_options``.
@@ -72,25 +75,28 @@ class ModelConfig:
     decode: the decoder runs one token per call against the ``cache`` collection.
   """
 
-  vocab_size: int = 32768
-  d_model: int = 512
-  num_heads: int = 8
-  d_ff: int = 2048
-  num_encoder_layers: int = 6
-  num_decoder_layers: int = 6
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.0
-  position: str = "shaw"
+  # Each field's default, type and range, declared once (rpr.fields): ModelConfig.validate holds a config to them.
+  # The upper bounds stop a huge value before any allocation (issue 71); they are far above any model here.
+  vocab_size: Optional[int] = setting(32768, int, lo=3, hi=MAX_VOCAB, optional=True,
+                                      why=" (ids 0, 1, 2 are PAD, BOS, EOS; None: the data set's, set by the engine)")
+  d_model: int = setting(512, int, lo=1, hi=MAX_WIDTH)
+  num_heads: int = setting(8, int, lo=1, hi=MAX_WIDTH)
+  d_ff: int = setting(2048, int, lo=1, hi=4 * MAX_WIDTH)
+  num_encoder_layers: int = setting(6, int, lo=0, hi=MAX_LAYERS, why=" (0: a decoder-only language model)")
+  num_decoder_layers: int = setting(6, int, lo=1, hi=MAX_LAYERS)
+  dropout_rate: float = setting(0.1, float, lo=0.0, hi=1.0, hi_open=True)
+  attention_dropout_rate: float = setting(0.0, float, lo=0.0, hi=1.0, hi_open=True)
+  position: str = setting("shaw", str)  # its choices are the registry's: checked by validate
   position_options: Any = None
-  cross_position: str = "none"
+  cross_position: str = setting("none", str)
   cross_position_options: Any = None
-  pre_layer_norm: bool = False
-  share_embeddings: bool = True
-  max_length: int = 256
-  dtype: str = "float32"
-  attention_implementation: str = "dense"
-  deterministic: bool = False
-  decode: bool = False
+  pre_layer_norm: bool = setting(False, bool)
+  share_embeddings: bool = setting(True, bool)
+  max_length: int = setting(256, int, lo=1, hi=MAX_LENGTH)
+  dtype: str = setting("float32", str, choices=DTYPES)
+  attention_implementation: str = setting("dense", str, choices=tuple(sorted(attention_layer.DOT_PRODUCT)))
+  deterministic: bool = setting(False, bool)
+  decode: bool = setting(False, bool)
 
   def __post_init__(self):
     # The typed options of each scheme (parse_options also checks them). An unknown scheme is left for validate.
@@ -127,38 +133,27 @@ class ModelConfig:
     return d
 
   def validate(self) -> "ModelConfig":
-    """Raises ``ValueError`` naming the bad key and what is allowed; returns ``self``."""
-    def need(ok, key, allowed, value=None):
-      if not ok:
-        value = getattr(self, key) if value is None else value
-        raise ValueError(f"model.{key} = {value!r} is not allowed; allowed: {allowed}")
+    """Raises ``ValueError`` naming the bad key and what is allowed; returns ``self``.
 
-    for key in ("vocab_size", "d_model", "num_heads", "d_ff", "num_decoder_layers", "max_length"):
-      v = getattr(self, key)
-      need(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1, key, "an int >= 1")
-    v = self.num_encoder_layers
-    need(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0, "num_encoder_layers",
-         "an int >= 0 (0: a decoder-only language model)")
-    need(self.vocab_size > max(PAD, BOS, EOS), "vocab_size", "> 2 (ids 0, 1, 2 are PAD, BOS, EOS)")
+    The fields' declarations (:func:`rpr.fields.check`), then the rules between fields. The run's
+    :func:`rpr.config.validate` calls it once; a model built from an unchecked config is not checked again.
+    """
+    check(self, "model.", skip=("position", "cross_position"))
+    return self
+
+  def check(self) -> None:
+    """The rules between fields, after each field's own (:func:`rpr.fields.check` calls it)."""
+    need = lambda ok, key, allowed: ok or refuse(f"model.{key}", getattr(self, key), allowed)
     need(self.d_model % self.num_heads == 0, "num_heads", f"a divisor of d_model = {self.d_model}")
-    for key in ("dropout_rate", "attention_dropout_rate"):
-      v = getattr(self, key)
-      need(isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v < 1.0, key, "a rate in [0, 1)")
-    for key in ("pre_layer_norm", "share_embeddings", "deterministic", "decode"):
-      need(isinstance(getattr(self, key), bool), key, "True or False")
     need(isinstance(self.position, str) and self.position in positions.SCHEMES, "position", sorted(positions.SCHEMES))
     cross = cross_schemes()
     need(isinstance(self.cross_position, str) and self.cross_position in cross, "cross_position",
          f"{cross} (absolute schemes act at the embeddings, not in encoder-decoder attention)")
-    need(self.dtype in DTYPES, "dtype", list(DTYPES))
-    need(self.attention_implementation in attention_layer.DOT_PRODUCT, "attention_implementation",
-         sorted(attention_layer.DOT_PRODUCT))
     for name, key in ((self.position, "position_options"), (self.cross_position, "cross_position_options")):
       try:  # the checks that depend on the width (RoPE's even head_dim)
         positions.parse_options(name, getattr(self, key), self.head_dim)
       except ValueError as e:
-        raise ValueError(f"model.{key}: {e}") from None
-    return self
+        raise ValueError(f"config.model.{key}: {e}") from None
 
 
 def cross_schemes() -> list[str]:
@@ -174,11 +169,11 @@ PRESETS = {
     "tiny": dict(vocab_size=16, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=2, num_decoder_layers=2,
                  dropout_rate=0.1, position_options={"max_distance": 8}, max_length=64),
     # Shaw et al. base: 6+6 layers, d_model 512, 8 heads of 64, dropout 0.1,
-    # k = 16, tables per layer and head. The paper's text says d_ff 1024; we
+    # Shaw's default clipping distance, tables per layer and head. The paper's text says d_ff 1024; we
     # keep 2048 of the Transformer base (Vaswani et al.; tensor2tensor's
     # transformer_base) that its experiments build on.
     "base": dict(d_model=512, num_heads=8, d_ff=2048, num_encoder_layers=6, num_decoder_layers=6, dropout_rate=0.1,
-                 position_options={"max_distance": 16, "share_heads": False}),
+                 position_options={"share_heads": False}),
     # Shaw et al. big: d_model 1024, 16 heads, d_ff 4096, dropout 0.3 (EN-DE),
     # k = 8, tables per layer and shared across heads.
     "big": dict(d_model=1024, num_heads=16, d_ff=4096, num_encoder_layers=6, num_decoder_layers=6, dropout_rate=0.3,
@@ -314,7 +309,7 @@ class Transformer(nn.Module):
   config: ModelConfig
 
   def setup(self):
-    c = self.config.validate()
+    c = self.config
     # setup() names submodules after the attributes they are assigned to.
     if c.share_embeddings:
       self.shared_embedding = _embedding(c)
@@ -357,7 +352,7 @@ class LanguageModel(nn.Module):
   config: ModelConfig
 
   def setup(self):
-    c = self.config.validate()
+    c = self.config
     if c.num_encoder_layers:
       raise ValueError(f"LanguageModel needs model.num_encoder_layers = 0, got {c.num_encoder_layers}")
     self.embedding = _embedding(c)

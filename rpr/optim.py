@@ -73,14 +73,15 @@ def cooldown(schedule: optax.Schedule, fraction: float, total_steps: int) -> opt
   return cooled
 
 
-def make_schedule(config, d_model: int) -> optax.Schedule:
-  """The schedule named ``config.schedule``, with ``config.cooldown_fraction``'s cool-down (module docstring)."""
-  base = _base_schedule(config, d_model)
-  fraction = config.get("cooldown_fraction", 0.0)
-  return cooldown(base, fraction, config.num_train_steps) if fraction > 0 else base
+def make_schedule(config, d_model: int, num_train_steps: int) -> optax.Schedule:
+  """The schedule named ``config.schedule`` (the run's :class:`rpr.config.Optim`), with ``config.cooldown_fraction``'s
+  cool-down (module docstring) ending at ``num_train_steps``."""
+  base = _base_schedule(config, d_model, num_train_steps)
+  fraction = config.cooldown_fraction
+  return cooldown(base, fraction, num_train_steps) if fraction > 0 else base
 
 
-def _base_schedule(config, d_model: int) -> optax.Schedule:
+def _base_schedule(config, d_model: int, num_train_steps: int) -> optax.Schedule:
   name, lr, warmup = config.schedule, config.learning_rate, config.warmup_steps
   if name == "vaswani":
     return vaswani(lr, d_model, warmup)
@@ -89,13 +90,14 @@ def _base_schedule(config, d_model: int) -> optax.Schedule:
   if name == "constant":
     return constant(lr, warmup)
   if name == "cosine":
-    return cosine(lr, warmup, config.num_train_steps)
+    return cosine(lr, warmup, num_train_steps)
   raise ValueError(f"config.schedule: unknown schedule {name!r}; allowed: {list(SCHEDULES)}")
 
 
-def make_optimizer(config, d_model: int) -> tuple[optax.GradientTransformation, Callable]:
-  """``(optimizer, schedule)``: Adam(W) with ``config.adam_*``, optionally after global-norm clipping."""
-  schedule = make_schedule(config, d_model)
+def make_optimizer(config, d_model: int, num_train_steps: int) -> tuple[optax.GradientTransformation, Callable]:
+  """``(optimizer, schedule)`` of the run's :class:`rpr.config.Optim` ``config``: Adam(W) with ``config.adam_*``,
+  optionally after global-norm clipping; the schedule ends at ``num_train_steps`` (cosine, cool-down)."""
+  schedule = make_schedule(config, d_model, num_train_steps)
   kw = dict(b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps)
   if config.optimizer == "adam":
     opt = optax.adam(schedule, **kw)

@@ -41,7 +41,8 @@ class Rule:
 
   @classmethod
   def from_config(cls, config) -> Optional["Rule"]:
-    if config.get("plateau_metric") is None:
+    """The rule of the run's :class:`rpr.config.Budget` ``config``; None without ``plateau_metric``."""
+    if config.plateau_metric is None:
       return None
     return cls(config.plateau_metric, config.plateau_min_steps, config.plateau_window, config.plateau_min_gain,
                config.plateau_smoothing)
@@ -57,6 +58,11 @@ class Rule:
     if now is None or before is None:
       return None
     return now - before if higher_is_better(self.metric) else before - now
+
+  def judge(self, records: Sequence[dict], step: int, value: Optional[float] = None) -> tuple[Optional[float], bool]:
+    """``(gain, reached)`` at ``step`` from the metrics records, and ``value``: the metric just evaluated there."""
+    points = curve(records, self.metric) + ([(step, value)] if value is not None else [])
+    return self.gain(points, step), self.reached(points, step)
 
   def reached(self, curve: Sequence[tuple[int, float]], step: int) -> bool:
     """Whether the run has stopped improving at ``step``; never at a step ``curve`` has no evaluation at.

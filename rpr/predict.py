@@ -49,7 +49,7 @@ def make_predict_fn(config, model_config: ModelConfig, batch_sharding: NamedShar
                     replicated: NamedSharding, method: str | None = None) -> Callable[[object, Array, int], Array]:
   """``fn(params, inputs, max_decode_len)`` jitted with the run's shardings; output replicated (host-readable).
 
-  ``method``: greedy or beam (default ``config.decode_method``).
+  ``config``: the run's :class:`rpr.config.Eval`; ``method``: greedy or beam (default ``config.decode_method``).
   """
   jitted = {}
   method = method or config.decode_method

@@ -1,5 +1,5 @@
 """What a run records of the machine and the code beside its config (``config.json``), so that a number can be
-traced to what made it; a run resumed where any of it differs is logged (``rpr.run_config.check_resume``)."""
+traced to what made it; a run resumed where any of it differs is logged (``rpr.record.check_resume``)."""
 
 from __future__ import annotations
 

@@ -140,6 +140,26 @@ def set_aside(path: str) -> str | None:
   return new
 
 
+def continued(path: str, step: int) -> list[dict]:
+  """The records a run restored at ``step`` goes on from (process 0; ``[]`` on the others).
+
+  Records past ``step`` are dropped (they are trained again); a run with no checkpoint to resume from
+  (``step`` 0) starts afresh, and the records of the run before it are set aside, not rewound.
+  """
+  import jax
+
+  if jax.process_index() != 0:
+    return []
+  aside = set_aside(path) if step == 0 else None
+  if aside:
+    logging.warning("No checkpoint to resume from: training starts at step 0, and the records of the run "
+                    "before are kept in %s.", aside)
+  kept, dropped = rewind_jsonl(path, step)
+  if dropped:
+    logging.info("Dropped %d record(s) past step %d from metrics.jsonl: they are trained again.", dropped, step)
+  return kept
+
+
 def dedupe(records: list[dict]) -> list[dict]:
   """The records a run that resumed after a kill means: each step's metrics once, the later run's.
 

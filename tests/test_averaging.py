@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from rpr import checkpoint
-from rpr import run_config
+from rpr import loop
 from rpr import train
 from rpr.records import read_jsonl
 from tests.test_train import load_state, tiny_config
+from tests.test_train import ConfigError, validate, train_run
 
 AVERAGED = dict(num_train_steps=8, eval_splits=("valid",), eval_every_steps=8, log_every_steps=2,
                 checkpoint_every_steps=2, keep_checkpoints=3, average_last=3, model={"dropout_rate": 0.1})
@@ -21,11 +22,11 @@ AVERAGED = dict(num_train_steps=8, eval_splits=("valid",), eval_every_steps=8, l
 def averaged(tmp_path_factory):
   """One averaged run of 8 steps: its workdir, its final metrics and the parameters its final evaluation scored."""
   path, scored = tmp_path_factory.mktemp("averaged"), []
-  evaluate = train.evaluate
+  evaluate = loop.evaluate
   with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(train, "evaluate", lambda config, task, params, *a, **k: scored.append(params) or evaluate(
+    patch.setattr(loop, "evaluate", lambda config, task, params, *a, **k: scored.append(params) or evaluate(
         config, task, params, *a, **k))
-    out = train.train_and_evaluate(tiny_config(**AVERAGED), str(path))
+    out = train_run(tiny_config(**AVERAGED), str(path))
   return path, out, scored
 
 
@@ -47,13 +48,13 @@ def test_the_final_evaluation_scores_the_state_and_the_mean_of_the_last_checkpoi
   _check_average_params(path)
   # A run resumed after the averaged evaluation trains on from the unaveraged state: a straight run's.
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  train.train_and_evaluate(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(straight))
+  train_run(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(straight))
   # Its evaluation at step 8 is not its last, so it scores the state of step 8 alone, as the averaged run's
   # valid/loss does, and writes no average.
   (at_8,) = [r for r in read_jsonl(straight / "metrics.jsonl") if r["step"] == 8 and "valid/loss" in r]
   assert out["valid/loss"] == at_8["valid/loss"] and "valid_avg/loss" not in at_8
   shutil.copytree(path, resumed)  # averaged evaluation at step 8
-  train.train_and_evaluate(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(resumed))
+  train_run(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(resumed))
   a, b = load_state(straight, 12), load_state(resumed, 12)
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
@@ -67,8 +68,8 @@ def _flat(tree, prefix=""):
 
 
 def test_average_last_needs_the_checkpoints_kept():
-  with pytest.raises(run_config.ConfigError, match=r"config.average_last = 4 .*<= keep_checkpoints \(3\)"):
-    run_config.validate(tiny_config(**dict(AVERAGED, average_last=4)), num_devices=1)
+  with pytest.raises(ConfigError, match=r"config.average_last = 4 .*<= keep_checkpoints \(3\)"):
+    validate(tiny_config(**dict(AVERAGED, average_last=4)), num_devices=1)
 
 
 def _check_average_params(path):

@@ -16,9 +16,10 @@ import pytest
 
 from rpr import checkpoint
 from rpr import provenance
-from rpr import run_config
 from rpr import train
 from tests.test_train import ROOT, _env, load_state, tiny_config
+from rpr import record as record_lib
+from tests.test_train import ConfigError, validate, train_run
 
 # Checkpoints every 2 steps, the last 2 kept; no evaluation, so each run compiles only the train step.
 RUN = dict(eval_splits=(), log_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=2,
@@ -29,8 +30,8 @@ RUN = dict(eval_splits=(), log_every_steps=2, checkpoint_every_steps=2, keep_che
 def runs(tmp_path_factory):
   """A straight run of 8 steps, and a run stopped after 6 (checkpoints 4 and 6) to copy and damage."""
   root = tmp_path_factory.mktemp("runs")
-  train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(root / "straight"))
-  train.train_and_evaluate(tiny_config(**RUN, num_train_steps=6), str(root / "six"))
+  train_run(tiny_config(**RUN, num_train_steps=8), str(root / "straight"))
+  train_run(tiny_config(**RUN, num_train_steps=6), str(root / "six"))
   return root
 
 
@@ -167,7 +168,7 @@ def test_a_run_resumed_past_a_damaged_checkpoint_ends_as_a_straight_run_and_save
   workdir = copy_of_six(runs, tmp_path)
   damage(workdir / "checkpoints" / "6")
   with caplog.at_level(logging.WARNING):
-    out = train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
+    out = train_run(tiny_config(**RUN, num_train_steps=8), str(workdir))
   assert out["step"] == 8
   assert_same_state(runs / "straight", workdir)
   assert_damage_reported(damage, workdir, [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING])
@@ -199,7 +200,7 @@ def test_a_step_another_process_found_damaged_is_passed_over_here_too(runs, tmp_
   monkeypatch.setattr(checkpoint, "agreed", lambda local, steps: [s != 6 and ok for s, ok in zip(steps, local)])
   workdir = copy_of_six(runs, tmp_path)
   with caplog.at_level(logging.WARNING):
-    out = train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
+    out = train_run(tiny_config(**RUN, num_train_steps=8), str(workdir))
   assert out["step"] == 8
   assert_same_state(runs / "straight", workdir)
   warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -211,7 +212,7 @@ def test_a_damaged_checkpoint_is_one_warning_line(runs, tmp_path, caplog):
   workdir = copy_of_six(runs, tmp_path)
   flip_byte_unchecksummed(workdir / "checkpoints" / "6")
   with caplog.at_level(logging.WARNING):
-    train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
+    train_run(tiny_config(**RUN, num_train_steps=8), str(workdir))
   about_6 = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "step 6" in r.getMessage()
              and "does not restore" in r.getMessage()]
   assert len(about_6) == 1 and "unverified: it has no SHA256SUMS" in about_6[0] and "\n" not in about_6[0], about_6
@@ -222,9 +223,9 @@ def test_restore_unverified_restores_a_step_without_checksums_and_says_so(runs, 
   for step in ("4", "6"):
     (workdir / "checkpoints" / step / checkpoint.CHECKSUMS).unlink()
   with pytest.raises(checkpoint.CheckpointError, match=r"steps 6, 4 have no complete checksums: --restore_unverified"):
-    train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
+    train_run(tiny_config(**RUN, num_train_steps=8), str(workdir))
   with caplog.at_level(logging.WARNING):
-    train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir), restore_unverified=True)
+    train_run(tiny_config(**RUN, num_train_steps=8), str(workdir), restore_unverified=True)
   assert any("step 6" in r.getMessage() and "restoring it, as --restore_unverified asks" in r.getMessage()
              for r in caplog.records)
   assert not (workdir / "checkpoints" / "corrupt").exists()
@@ -235,7 +236,7 @@ def test_a_stray_directory_named_like_a_step_is_set_aside_not_restored(runs, tmp
   workdir = copy_of_six(runs, tmp_path)
   (workdir / "checkpoints" / "99999").mkdir()
   with caplog.at_level(logging.WARNING):
-    out = train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
+    out = train_run(tiny_config(**RUN, num_train_steps=8), str(workdir))
   assert out["step"] == 8
   warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
   assert len(warnings) == 1 and "99999 is not a checkpoint" in warnings[0], warnings
@@ -249,7 +250,7 @@ def test_when_no_checkpoint_restores_the_run_stops_and_moves_nothing(runs, tmp_p
     flip_byte(workdir / "checkpoints" / step)
   before = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*"))
   with pytest.raises(checkpoint.CheckpointError, match=r"^no checkpoint in .* restores \(steps 6, 4;"):
-    train.train_and_evaluate(tiny_config(**RUN, num_train_steps=8), str(workdir))
+    train_run(tiny_config(**RUN, num_train_steps=8), str(workdir))
   assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*")) == before
 
 
@@ -258,12 +259,12 @@ def test_a_changed_config_is_refused_before_anything_is_written(runs, tmp_path):
   record = (workdir / "config.json").read_bytes()
   changed = tiny_config(**{**RUN, "model": {"dropout_rate": 0.1, "d_model": 64}}, num_train_steps=8,
                         learning_rate=0.02)
-  with pytest.raises(run_config.ConfigError, match=r"learning_rate 0.01 -> 0.02, model.d_model 32 -> 64; .*"
+  with pytest.raises(ConfigError, match=r"learning_rate 0.01 -> 0.02, model.d_model 32 -> 64; .*"
                      r"--allow_config_change=learning_rate,model.d_model"):
-    train.train_and_evaluate(changed, str(workdir))
+    train_run(changed, str(workdir))
   assert (workdir / "config.json").read_bytes() == record
-  with pytest.raises(run_config.ConfigError, match=r"--allow_config_change: unknown config key\(s\) \['lr'\]"):
-    train.train_and_evaluate(changed, str(workdir), allow_config_change=("lr",))
+  with pytest.raises(ConfigError, match=r"--allow_config_change: unknown config key\(s\) \['lr'\]"):
+    train_run(changed, str(workdir), allow_config_change=("lr",))
 
 
 def test_allowed_changes_and_a_changed_environment_resume(runs, tmp_path, caplog):
@@ -279,7 +280,7 @@ def test_allowed_changes_and_a_changed_environment_resume(runs, tmp_path, caplog
   (workdir / "config.json").write_text(json.dumps(record))
   config = tiny_config(**{**RUN, "keep_checkpoints": 3}, num_train_steps=6, learning_rate=0.02)
   with caplog.at_level(logging.WARNING):
-    out = train.train_and_evaluate(config, str(workdir), allow_config_change=["learning_rate"])
+    out = train_run(config, str(workdir), allow_config_change=["learning_rate"])
   assert out["step"] == 6  # restored, nothing left to train
   messages = [r.getMessage() for r in caplog.records]
   assert any("config.learning_rate changed: 0.01 -> 0.02" in m for m in messages), messages
@@ -299,9 +300,9 @@ def test_a_schedule_that_ends_makes_num_train_steps_unsafe_to_change(tmp_path, e
   config = tiny_config(**ending)
   (workdir / "config.json").write_text(json.dumps({"config": json.loads(config.to_json_best_effort())}))
   config.num_train_steps += 10
-  with pytest.raises(run_config.ConfigError, match=r"num_train_steps 40 -> 50"):
-    run_config.validate(config, num_devices=1, workdir=str(workdir))
-  run_config.validate(config, num_devices=1, workdir=str(workdir), allow_changes=["num_train_steps"])
+  with pytest.raises(ConfigError, match=r"num_train_steps 40 -> 50"):
+    validate(config, num_devices=1, workdir=str(workdir))
+  validate(config, num_devices=1, workdir=str(workdir), allow_changes=["num_train_steps"])
 
 
 def test_a_record_from_before_the_cooldown_resumes_without_one_only(tmp_path):
@@ -311,24 +312,24 @@ def test_a_record_from_before_the_cooldown_resumes_without_one_only(tmp_path):
   record = json.loads(config.to_json_best_effort())
   del record["cooldown_fraction"]
   (workdir / "config.json").write_text(json.dumps({"config": record}))
-  run_config.validate(config, num_devices=1, workdir=str(workdir))
+  validate(config, num_devices=1, workdir=str(workdir))
   config.cooldown_fraction = 0.2
-  with pytest.raises(run_config.ConfigError, match=r"cooldown_fraction 0.0 -> 0.2"):
-    run_config.validate(config, num_devices=1, workdir=str(workdir))
+  with pytest.raises(ConfigError, match=r"cooldown_fraction 0.0 -> 0.2"):
+    validate(config, num_devices=1, workdir=str(workdir))
 
 
 def test_a_position_option_added_since_the_record_resumes_at_its_default_only(tmp_path):
   # Runs recorded before a scheme gained an option lack its key; at its default it changes nothing.
   workdir = tmp_path / "run"
   (workdir / "checkpoints" / "2").mkdir(parents=True)
-  config = tiny_config()
+  config = tiny_config(model={"position": "learned"})  # the options of the scheme the model uses
   record = json.loads(config.to_json_best_effort())
   del record["model"]["learned"]["learned_init_std"]
   (workdir / "config.json").write_text(json.dumps({"config": record}))
-  run_config.validate(config, num_devices=1, workdir=str(workdir))
+  validate(config, num_devices=1, workdir=str(workdir))
   config.model.learned.learned_init_std = 1.0
-  with pytest.raises(run_config.ConfigError, match=r"model.learned.learned_init_std 0.02 -> 1.0"):
-    run_config.validate(config, num_devices=1, workdir=str(workdir))
+  with pytest.raises(ConfigError, match=r"model.learned.learned_init_std 0.02 -> 1.0"):
+    validate(config, num_devices=1, workdir=str(workdir))
 
 
 def test_a_record_from_before_the_options_moved_resumes_as_the_same_config(tmp_path):
@@ -341,11 +342,11 @@ def test_a_record_from_before_the_options_moved_resumes_as_the_same_config(tmp_p
   del record["model"]["learned"]  # and learned_init_std did not exist yet
   record["model"]["position_options"] = flat
   (workdir / "config.json").write_text(json.dumps({"config": record}))
-  assert run_config.migrate(record)["model"]["shaw"] == dict(config.model.shaw)
-  run_config.validate(config, num_devices=1, workdir=str(workdir))
+  assert record_lib.migrate(record)["model"]["shaw"] == dict(config.model.shaw)
+  validate(config, num_devices=1, workdir=str(workdir))
   config.model.shaw.max_distance += 1
-  with pytest.raises(run_config.ConfigError, match=r"model.shaw.max_distance 4 -> 5"):
-    run_config.validate(config, num_devices=1, workdir=str(workdir))
+  with pytest.raises(ConfigError, match=r"model.shaw.max_distance 4 -> 5"):
+    validate(config, num_devices=1, workdir=str(workdir))
 
 
 @pytest.mark.parametrize("case", ["no_checkpoint_restores", "changed_config"])

@@ -2,10 +2,10 @@
 
 import logging
 
-import ml_collections
 import numpy as np
 import pytest
 
+from rpr import config as rpr_config
 from rpr import metrics
 from rpr import evaluation
 from rpr import progress
@@ -35,9 +35,8 @@ class _Task:
 
 
 def _evaluate(task, wrong_rows, eval_by_length=True, buckets=()):
-  config = ml_collections.ConfigDict({"eval_splits": ("valid",), "max_eval_batches": None,
-                                      "eval_by_length": eval_by_length, "decode_extra_length": 50,
-                                      "source_length_buckets": buckets})
+  config = rpr_config.Eval(eval_splits=("valid",), max_eval_batches=None, eval_by_length=eval_by_length,
+                           decode_extra_length=50, source_length_buckets=buckets)
   seen = []
 
   def eval_fn(params, batch):
@@ -99,8 +98,8 @@ def test_changing_the_references_changes_no_hypothesis(monkeypatch):
     task = _Task(is_text=True)
     for b in task.batches:  # longer references, padded wider (the old limit was the targets' width)
       b["targets"] = np.pad(b["targets"], ((0, 0), (0, target_width - b["targets"].shape[1])))
-    config = ml_collections.ConfigDict({"eval_splits": ("valid",), "max_eval_batches": None,
-                                        "eval_by_length": False, "decode_extra_length": 2})
+    config = rpr_config.Eval(eval_splits=("valid",), max_eval_batches=None, eval_by_length=False,
+                             decode_extra_length=2)
 
     def predict_fn(params, inputs, max_decode_len):
       # A model that never stops: it writes "a" forever, so only the limit ends a row.
@@ -135,8 +134,7 @@ def test_a_capped_evaluation_counts_to_its_cap_and_gives_no_hint(monkeypatch, ca
   monkeypatch.setattr(progress, "EVERY_SECONDS", 0.0)
   monkeypatch.setattr(evaluation, "HINT_AFTER_SECONDS", -1.0)
   caplog.set_level(logging.INFO, logger="absl")
-  config = ml_collections.ConfigDict({"eval_splits": ("valid", "test"), "max_eval_batches": 1,
-                                      "decode_extra_length": 50})
+  config = rpr_config.Eval(eval_splits=("valid", "test"), max_eval_batches=1, decode_extra_length=50)
   task = _Task(is_text=False)
   train.evaluate(config, task, None, train.make_mesh(), lambda p, b: {"loss_sum": 1.0, "weight_sum": 2.0},
                  lambda p, inputs, n: task.batches[0]["targets"], max_decode_length=6)

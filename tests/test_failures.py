@@ -20,13 +20,13 @@ from absl import flags
 from rpr import checkpoint
 from rpr import failures
 from rpr import records
-from rpr import run_config
 from rpr import train
 from rpr import workdir
 from rpr import writers
 from rpr.records import read_jsonl
 from tests.test_train import ROOT, _env, tiny_config
 from tests.test_workdir import one_error_line
+from tests.test_train import ConfigError, validate, train_run
 
 FAST = dict(num_train_steps=8, eval_splits=(), log_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=2,
             tensorboard=False)
@@ -94,10 +94,10 @@ def test_a_save_that_fails_at_once_stops_the_run_and_no_error_closing_replaces_i
     m.setattr(writers.JsonlWriter, "close", writer_close)
     with pytest.raises(checkpoint.SaveError, match=r"could not save the checkpoint of step 4 in \S+: \[Errno 27\] File "
                        r"too large; the run stopped, its last saved checkpoint is step 2: free space .*resume"):
-      train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+      train_run(tiny_config(**FAST), str(tmp_path))
   [warning] = warnings_of(caplog, "Cleaning up")  # the writer's; orbax's own repeat of the failure is no news
   assert "Input/output error" in warning and "step 4 failed" not in warning
-  out = train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))  # resumes from step 2
+  out = train_run(tiny_config(**FAST), str(tmp_path))  # resumes from step 2
   assert out["step"] == 8 and [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [2, 4, 6, 8]
 
 
@@ -113,14 +113,14 @@ def test_a_save_that_fails_in_the_background_stops_the_run_at_the_next_save_and_
     m.setattr(ocp.path.atomicity.AtomicRenameTemporaryPath, "finalize", finalize)
     with pytest.raises(checkpoint.SaveError, match=rf"checkpoint of step {failed} .*: \[Errno 27\] File too large; "
                        r".*last saved checkpoint is none: .*start again"):
-      train.train_and_evaluate(config, str(tmp_path))
+      train_run(config, str(tmp_path))
   assert workdir.checkpoint_steps(str(tmp_path)) == []
   # Not trained on past the step it was found at; its records kept aside, so the workdir does not read as finished.
   [aside] = tmp_path.glob("metrics.orphaned-*.jsonl")
   assert [r["step"] for r in read_jsonl(aside)] == list(range(2, stopped + 1, 2))
   assert not (tmp_path / "metrics.jsonl").exists()
   assert len(warnings_of(caplog, "No checkpoint of this run was saved")) == 1
-  out = train.train_and_evaluate(config, str(tmp_path))
+  out = train_run(config, str(tmp_path))
   assert out["step"] == 8 and [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [2, 4, 6, 8]
 
 
@@ -260,21 +260,21 @@ def test_damaged_records_are_skipped_if_cut_short_at_the_end_else_one_line(tmp_p
 
 
 def test_a_run_resumes_after_a_cut_last_line_and_a_damaged_one_stops_it(tmp_path):
-  train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=4)), str(tmp_path))
+  train_run(tiny_config(**dict(FAST, num_train_steps=4)), str(tmp_path))
   with open(tmp_path / "metrics.jsonl", "ab") as f:
     f.write(b'{"step": 6, "train/lo')
-  out = train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+  out = train_run(tiny_config(**FAST), str(tmp_path))
   assert out["step"] == 8 and [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [2, 4, 6, 8]
   lines = (tmp_path / "metrics.jsonl").read_bytes().splitlines(keepends=True)
   (tmp_path / "metrics.jsonl").write_bytes(b"".join(lines[:1] + [b"\x00\x00\n"] + lines[1:]))
   with pytest.raises(records.Damaged, match="line 2: not JSON"):
-    train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=10)), str(tmp_path))
+    train_run(tiny_config(**dict(FAST, num_train_steps=10)), str(tmp_path))
 
 
 def test_a_config_json_without_a_config_is_one_line(tmp_path):
   (tmp_path / "config.json").write_text('{"config": null}')
-  with pytest.raises(run_config.ConfigError) as e:
-    run_config.validate(tiny_config(**FAST), num_devices=1, workdir=str(tmp_path), quiet=True)
+  with pytest.raises(ConfigError) as e:
+    validate(tiny_config(**FAST), num_devices=1, workdir=str(tmp_path), quiet=True)
   assert "\n" not in str(e.value) and "config.json does not read as a run record" in str(e.value)
 
 
@@ -285,12 +285,12 @@ def test_a_config_json_without_a_config_is_one_line(tmp_path):
 def test_a_non_finite_update_is_named_by_the_step_it_reaches(tmp_path):
   # The first update (to step 1) makes the parameters about 1e30, finite; the second (to step 2) is not.
   with pytest.raises(train.NonFiniteError, match=r"non-finite training state at step 2: loss nan"):
-    train.train_and_evaluate(tiny_config(**dict(FAST, learning_rate=1e30)), str(tmp_path))
+    train_run(tiny_config(**dict(FAST, learning_rate=1e30)), str(tmp_path))
 
 
 def test_a_loss_that_grows_by_orders_of_magnitude_is_warned_of_once(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
-    out = train.train_and_evaluate(tiny_config(**dict(FAST, learning_rate=1e3, log_every_steps=4,
+    out = train_run(tiny_config(**dict(FAST, learning_rate=1e3, log_every_steps=4,
                                                       num_train_steps=12)), str(tmp_path))
   losses = [r["train/loss"] for r in read_jsonl(tmp_path / "metrics.jsonl")]
   assert out["step"] == 12 and min(losses) > 1e4, losses  # finite and diverged: no error ends it

@@ -12,6 +12,7 @@ from tensorboard.util import tensor_util
 from rpr import train
 from rpr import writers
 from tests.test_train import tiny_config
+from tests.test_train import train_run
 
 
 def test_hparams_are_flat_scalars_or_text():
@@ -22,7 +23,7 @@ def test_hparams_are_flat_scalars_or_text():
 def test_a_run_writes_its_hparams_and_final_metrics_to_tensorboard(tmp_path):
   config = tiny_config(num_train_steps=4, eval_splits=("valid",), eval_every_steps=4, log_every_steps=2,
                        checkpoint_every_steps=4)
-  train.train_and_evaluate(config, str(tmp_path))
+  train_run(config, str(tmp_path))
   (events,) = glob.glob(str(tmp_path / "events.out.tfevents.*"))
   acc = event_accumulator.EventAccumulator(events, size_guidance={event_accumulator.TENSORS: 0})
   acc.Reload()

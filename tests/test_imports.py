@@ -9,7 +9,7 @@ import sys
 HEAVY = ("tensorflow", "tensorflow_datasets")
 
 
-LIGHT = ("rpr", "rpr.attention", "rpr.model", "rpr.train", "rpr.run_config", "rpr.checkpoint", "rpr.decode",
+LIGHT = ("rpr", "rpr.attention", "rpr.model", "rpr.train", "rpr.config", "rpr.checkpoint", "rpr.decode",
          "rpr.predict")
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from rpr import model, predict
 from rpr.attention import positions
+from tests.test_train import ConfigError, validate, train_run
 
 # 10 tokens reach the clipped ranges
 POS = {"shaw": {"max_distance": 2}, "t5": {"num_buckets": 4, "bucket_max_distance": 8}}
@@ -102,13 +103,13 @@ def test_inputs_are_refused():
 def test_lm_config_trains_and_scores_perplexity_at_every_length(tmp_path):
   """configs/lm.py:tiny through the engine on a small tarball of our own: per-token perplexity at 1x-8x."""
   from configs import lm
-  from rpr import run_config, train
+  from rpr import train  # noqa: F401
   from rpr.data import sotu
   from tests.data import test_sotu as test_sotu_data
 
   for variant in ("", "pe=sinusoidal", "pe=shaw,k=0", "ctx=64,seed=2", "tiny,pe=alibi"):
     config = lm.get_config(variant)
-    run_config.validate(config, num_devices=1)
+    validate(config, num_devices=1)
     assert config.model.num_encoder_layers == 0 and config.model.max_length == 8 * config.lm_context_length
   with pytest.raises(ValueError, match="k= is Shaw's"):
     lm.get_config("pe=t5,k=4")
@@ -118,7 +119,7 @@ def test_lm_config_trains_and_scores_perplexity_at_every_length(tmp_path):
   sotu.prepare(str(tmp_path / "tfds"), str(corpus_dir), sha)
   config = lm.get_config("tiny,pe=shaw,k=2")
   config.data_dir, config.corpus_dir, config.lm_context_length = str(tmp_path / "tfds"), str(corpus_dir), 8
-  results = train.train_and_evaluate(config, str(tmp_path / "run"))
+  results = train_run(config, str(tmp_path / "run"))
   assert results["step"] == 4
   for split in ("validation", "test", "test_x2", "test_x4", "test_x8"):
     ppl, loss = results[f"{split}/perplexity"], results[f"{split}/loss"]
@@ -127,6 +128,6 @@ def test_lm_config_trains_and_scores_perplexity_at_every_length(tmp_path):
     assert f"{split}/exact_match" not in results  # nothing is decoded for a language model
   # An encoder-decoder model on a language-model data set is refused before step 1.
   config.model.num_encoder_layers = 1
-  with pytest.raises(run_config.ConfigError, match="num_encoder_layers = 1 does not fit data set 'sotu'"):
-    train.train_and_evaluate(config, str(tmp_path / "other"))
+  with pytest.raises(ConfigError, match="num_encoder_layers = 1 does not fit data set 'sotu'"):
+    train_run(config, str(tmp_path / "other"))
   assert not (tmp_path / "other" / "checkpoints").exists()

@@ -2,6 +2,7 @@
 
 import ast
 import pathlib
+import subprocess
 
 import pytest
 
@@ -9,12 +10,15 @@ RPR = pathlib.Path(__file__).resolve().parents[1] / "rpr"
 
 # Each module may import modules of a strictly lower level, and modules of its own package.
 LEVELS = {
-    "rpr": 0, "rpr.attention": 0, "rpr.tokens": 0, "rpr.failures": 0,
+    "rpr": 0, "rpr.attention": 0, "rpr.tokens": 0, "rpr.failures": 0, "rpr.fields": 0,
     "rpr.blocks": 1, "rpr.decode": 1, "rpr.metrics": 1, "rpr.data": 1, "rpr.optim": 1, "rpr.checkpoint": 1,
     "rpr.records": 1, "rpr.sharding": 1, "rpr.plateau": 1,
     "rpr.model": 2, "rpr.workdir": 2, "rpr.writers": 2,
-    "rpr.predict": 3, "rpr.run_config": 3, "rpr.evaluation": 3, "rpr.steps": 3,
-    "rpr.train": 4,
+    "rpr.predict": 3, "rpr.config": 3, "rpr.evaluation": 3, "rpr.steps": 3,
+    "rpr.record": 4,  # config.json: reads rpr.config's tree
+    "rpr.assemble": 5,  # builds a run from the tree's sections
+    "rpr.loop": 6,  # trains what rpr.assemble built
+    "rpr.train": 7,
 }
 
 
@@ -154,7 +158,11 @@ COVERED_BY = {
     "rpr/attention/positions/shaw.py": "tests/attention/test_positions.py",
     "rpr/attention/positions/sinusoidal.py": "tests/attention/test_positions.py",
     "rpr/attention/positions/t5.py": "tests/attention/test_positions.py",
+    "rpr/assemble.py": "tests/experiments/test_position_tables.py",
     "rpr/blocks.py": "tests/test_model.py",
+    "rpr/data/sections.py": "tests/test_config.py",
+    "rpr/fields.py": "tests/test_config.py",
+    "rpr/loop.py": "tests/test_train.py",
     "rpr/data/bounds.py": "tests/experiments/test_columns.py",
     "rpr/data/corpus.py": "tests/data/test_bible.py",
     "rpr/data/lm.py": "tests/data/test_sotu.py",
@@ -222,3 +230,18 @@ def test_no_line_is_wider_than_120_columns():
   wide = [f"{p.relative_to(ROOT)}:{n}" for p in SOURCES for n, line in enumerate(p.read_text().splitlines(), 1)
           if len(line) > MAX_COLUMNS and not line.lstrip().startswith("|")]
   assert not wide, wide
+
+
+def test_the_readme_layout_names_every_folder_and_module():
+  """The README's Layout section is the map: every folder and every module of rpr/ has its place in it."""
+  text = (ROOT / "README.md").read_text(encoding="utf-8")
+  layout = text[text.index("## Layout"):text.index("Data flows one way")]
+  folders = ["run.py", "rpr/attention/", "rpr/", "configs/", "experiments/", "tests/", "data/", "positions/"]
+  modules = [p.name for d in (RPR, RPR / "attention") for p in d.glob("*.py") if p.name != "__init__.py"]
+  data_modules = [p.stem for p in (RPR / "data").glob("*.py") if p.name != "__init__.py"]
+  missing = [n for n in folders + modules + data_modules if n not in layout]
+  assert not missing, f"README.md's Layout section does not name {missing}"
+  tracked = {p.split("/")[0] for p in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                                                     check=True).stdout.split()}
+  assert not [name for name in tracked if (ROOT / name).is_dir() and not name.startswith((".", "_"))
+              and f"{name}/" not in layout], "a top-level folder without its line in the Layout section"

@@ -254,7 +254,7 @@ def test_attention_weights_are_sown():
     (dict(position_options={"max_distance": -1}), r"max_distance.*>= 0"),
     (dict(position_options={"max_distanse": 4}), r"model.position_options: shaw has no option 'max_distanse'"),
     (dict(position="t5", position_options={"max_distance": 4}), r"t5 has no option 'max_distance'"),
-    (dict(dropout_rate=1.5), r"dropout_rate.*\[0, 1\)"),
+    (dict(dropout_rate=1.5), r"dropout_rate = 1.5 .*>= 0.0 and < 1.0"),
     (dict(num_decoder_layers=0), r"num_decoder_layers = 0.*>= 1"),
     (dict(d_model=30, num_heads=10, position="rope"), r"rope.*even head_dim"),
     (dict(dtype="int32"), r"dtype"),

@@ -10,10 +10,10 @@ from experiments import sweep as sweep_lib
 from rpr import data
 from rpr import plateau
 from rpr import predict as predict_lib
-from rpr import run_config
 from rpr import train
 from rpr.records import read_jsonl
 from tests.test_train import _SigtermAt, load_state, tiny_config
+from tests.test_train import ConfigError, validate, train_run
 
 
 def test_gain_is_the_smoothed_change_over_the_window_signed_by_the_metric():
@@ -40,6 +40,15 @@ def test_the_rule_holds_only_at_an_evaluation_step():
   assert rule.reached([*curve, (3000, 1.6)], 3000)
 
 
+def test_judge_reads_the_curve_from_the_records_and_the_value_just_evaluated():
+  rule = plateau.Rule("validation/bleu", min_steps=0, window=0.5, min_gain=1.0)
+  records = [{"step": 1000, "validation/bleu": 0.0}, {"step": 1000, "train/loss": 2.0},
+             {"step": 1500, "validation/bleu": 1.0}, {"step": 2000, "validation/bleu": 1.6}]
+  assert rule.judge(records, 2000) == (pytest.approx(1.6), False)  # gain 1.6 >= 1.0: still improving
+  assert rule.judge(records, 3000) == (pytest.approx(0.6), False)  # no evaluation at 3,000: never held
+  assert rule.judge(records, 3000, 1.6) == (pytest.approx(0.6), True)
+
+
 @pytest.mark.parametrize("metric", ["validation/bleu", "test/chrf", "valid/exact_match", "valid/perplexity"])
 def test_which_way_is_better_comes_from_the_metric_name(metric):
   assert plateau.higher_is_better(metric) == (not metric.endswith(("perplexity", "loss")))
@@ -53,8 +62,8 @@ def test_which_way_is_better_comes_from_the_metric_name(metric):
     ({"final_decode_method": "sample"}, "final_decode_method = 'sample'"),
 ])
 def test_bad_plateau_settings_fail_naming_the_key(overrides, message):
-  with pytest.raises(run_config.ConfigError, match=message):
-    run_config.validate(tiny_config(**overrides), num_devices=1)
+  with pytest.raises(ConfigError, match=message):
+    validate(tiny_config(**overrides), num_devices=1)
 
 
 def _timeless(workdir):
@@ -75,7 +84,7 @@ def test_the_plateau_stops_the_run_saves_it_and_scores_the_final_splits_once(tmp
   make = predict_lib.make_predict_fn
   monkeypatch.setattr(predict_lib, "make_predict_fn", lambda *a, **k: methods.append(k.get("method")) or make(*a, **k))
   config = tiny_config(**PLATEAU)
-  out = train.train_and_evaluate(config, str(tmp_path))
+  out = train_run(config, str(tmp_path))
   assert methods == [None, "beam"]  # eval_splits by decode_method (greedy), the final splits by beam
   assert out["step"] == 8 and out["plateau/reached"] == 1.0 and "long/exact_match" in out
   records = read_jsonl(tmp_path / "metrics.jsonl")
@@ -87,7 +96,7 @@ def test_the_plateau_stops_the_run_saves_it_and_scores_the_final_splits_once(tmp
 
   # Run again: nothing is trained, evaluated or written.
   before = (tmp_path / "metrics.jsonl").read_text()
-  again = train.train_and_evaluate(config, str(tmp_path))
+  again = train_run(config, str(tmp_path))
   assert again["step"] == 8 and again["long/loss"] == out["long/loss"]
   assert (tmp_path / "metrics.jsonl").read_text() == before
 
@@ -95,7 +104,7 @@ def test_the_plateau_stops_the_run_saves_it_and_scores_the_final_splits_once(tmp
   lines = before.splitlines(keepends=True)
   (tmp_path / "metrics.jsonl").write_text("".join(line for line in lines if "plateau/reached" not in line))
   assert not sweep_lib.finished(str(tmp_path), config)
-  redo = train.train_and_evaluate(config, str(tmp_path))
+  redo = train_run(config, str(tmp_path))
   assert redo["long/loss"] == out["long/loss"] and redo["long/exact_match"] == out["long/exact_match"]
   assert (tmp_path / "metrics.jsonl").read_text().splitlines() == before.splitlines()
 
@@ -104,12 +113,12 @@ def test_a_restart_evaluates_the_step_its_predecessor_saved_but_did_not_evaluate
   # SIGTERM during step 3 saves step 4 and stops before step 4's evaluation; the restart writes it.
   config = dict(PLATEAU, num_train_steps=8, eval_every_steps=4, plateau_metric=None, final_eval_splits=())
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  train.train_and_evaluate(tiny_config(**config), str(straight))
+  train_run(tiny_config(**config), str(straight))
   with monkeypatch.context() as m:
     m.setitem(data.REGISTRY, "copy", data.Entry(lambda c: _SigtermAt(c, step=3)))
-    assert train.train_and_evaluate(tiny_config(**config), str(resumed))["stopped_by_signal"] == 1.0
+    assert train_run(tiny_config(**config), str(resumed))["stopped_by_signal"] == 1.0
   assert not [r for r in read_jsonl(resumed / "metrics.jsonl") if "valid/loss" in r]
-  train.train_and_evaluate(tiny_config(**config), str(resumed))
+  train_run(tiny_config(**config), str(resumed))
   assert _timeless(resumed) == _timeless(straight)  # the same records, each step once
   a, b = load_state(straight, 8), load_state(resumed, 8)
   for k in a:
@@ -123,10 +132,10 @@ def test_a_run_resumed_between_evaluations_trains_on_to_the_next_one(tmp_path, m
   config = dict(PLATEAU, num_train_steps=8, eval_every_steps=2, log_every_steps=1, plateau_min_steps=0,
                 plateau_window=0.25, final_eval_splits=())
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  assert train.train_and_evaluate(tiny_config(**config), str(straight))["step"] == 4
+  assert train_run(tiny_config(**config), str(straight))["step"] == 4
   with monkeypatch.context() as m:
     m.setitem(data.REGISTRY, "copy", data.Entry(lambda c: _SigtermAt(c, step=2)))
-    assert train.train_and_evaluate(tiny_config(**config), str(resumed))["step"] == 3
-  out = train.train_and_evaluate(tiny_config(**config), str(resumed))
+    assert train_run(tiny_config(**config), str(resumed))["step"] == 3
+  out = train_run(tiny_config(**config), str(resumed))
   assert out["step"] == 4 and out["plateau/reached"] == 1.0
   assert _timeless(resumed) == _timeless(straight)

@@ -30,9 +30,11 @@ from hypothesis import strategies as st
 
 from configs import tiny
 from rpr import attention as attn
-from rpr import data, optim, run_config
+from rpr import data, optim
 from rpr import model as model_lib
 from rpr.attention import positions, reference
+from rpr import config as rpr_config
+from tests.test_train import ConfigError, validate
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -415,7 +417,7 @@ BAD_VALUES = [
     bad("max_eval_batches", ints_below(1, optional=True)),
     bad("optimizer", names_other_than(optim.OPTIMIZERS)),
     bad("schedule", names_other_than(optim.SCHEDULES, "linear")),
-    bad("decode_method", names_other_than(run_config.DECODE_METHODS, "sample")),
+    bad("decode_method", names_other_than(rpr_config.DECODE_METHODS, "sample")),
     *(bad(k, reals_outside(0.0, lo_open=True)) for k in ("learning_rate", "adam_eps")),
     bad(("learning_rate=<int beyond the floats>", st.just("learning_rate")), st.integers(min_value=2 ** 1024)),
     *(bad(k, reals_outside(0.0)) for k in ("weight_decay", "beam_alpha")),
@@ -452,8 +454,8 @@ BAD_VALUES = [
 
 
 def assert_names_the_key(path, value, setup):
-  with pytest.raises(run_config.ConfigError) as error:
-    run_config.validate(config_with(path, value, setup), num_devices=1)
+  with pytest.raises(ConfigError) as error:
+    validate(config_with(path, value, setup), num_devices=1)
   *parents, leaf = path.split(".")
   message = str(error.value)
   assert "config." + ".".join(parents or [leaf]) in message and re.search(rf"\b{leaf}\b", message), message

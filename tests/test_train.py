@@ -17,8 +17,9 @@ import pytest
 from flax import traverse_util
 
 from rpr import data
-from rpr import run_config
+from rpr import record
 from rpr import train
+from rpr.config import ConfigError, parse
 from rpr.records import read_jsonl
 from rpr.data import synthetic
 
@@ -47,6 +48,19 @@ def tiny_config(**overrides):
   return config
 
 
+def validate(config, num_devices=1, workdir=None, allow_changes=(), quiet=True, trust_checkpoints=False):
+  """A ConfigDict through the boundary as run.py takes it: :func:`rpr.config.parse`, then the workdir's rules."""
+  tree = parse(config, num_devices)
+  if workdir is not None:
+    record.check_resume(tree, workdir, allow_changes, quiet, trust_checkpoints)
+  return tree
+
+
+def train_run(config, workdir, **kwargs):
+  """``train_and_evaluate`` of a ConfigDict parsed at the boundary, as run.py and the sweep runner do."""
+  return train.train_and_evaluate(parse(config), workdir, **kwargs)
+
+
 def load_state(workdir, step) -> dict:
   """The saved TrainState of ``step`` as a flat dict of numpy arrays, whatever device layout saved it."""
   path = str(pathlib.Path(workdir) / "checkpoints" / str(step) / "default")
@@ -71,7 +85,7 @@ FAST = dict(num_train_steps=8, eval_splits=(), log_every_steps=2, checkpoint_eve
 
 def test_tiny_run_writes_the_workdir_and_learns(tmp_path):
   workdir = tmp_path / "run"
-  results = train.train_and_evaluate(tiny_config(eval_splits=("valid",)), str(workdir))
+  results = train_run(tiny_config(eval_splits=("valid",)), str(workdir))
   saved = json.loads((workdir / "config.json").read_text())
   assert saved["config"]["dataset"] == "copy" and saved["model_config"]["d_model"] == 32
   records = read_jsonl(workdir / "metrics.jsonl")
@@ -107,17 +121,17 @@ class _SigtermAt:
 
 def test_sigterm_saves_and_the_resumed_run_equals_a_straight_run(tmp_path, monkeypatch):
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  train.train_and_evaluate(tiny_config(**FAST), str(straight))
+  train_run(tiny_config(**FAST), str(straight))
 
   handler = signal.getsignal(signal.SIGTERM)
   with monkeypatch.context() as m:  # the same config: "copy" is the task that sends SIGTERM, this once
     m.setitem(data.REGISTRY, "copy", data.Entry(lambda c: _SigtermAt(c, step=3)))
-    out = train.train_and_evaluate(tiny_config(**FAST), str(resumed))
+    out = train_run(tiny_config(**FAST), str(resumed))
   assert out["stopped_by_signal"] == 1.0 and out["step"] == 4  # step 3 finishes, then save and stop
   assert sorted(os.listdir(resumed / "checkpoints")) == ["4"]
   assert signal.getsignal(signal.SIGTERM) == handler  # the run's handler is removed again
 
-  out = train.train_and_evaluate(tiny_config(**FAST), str(resumed))
+  out = train_run(tiny_config(**FAST), str(resumed))
   assert out["step"] == 8
   a, b = load_state(straight, 8), load_state(resumed, 8)
   assert a.keys() == b.keys()
@@ -129,11 +143,11 @@ def test_sigterm_saves_and_the_resumed_run_equals_a_straight_run(tmp_path, monke
 
 def test_resume_by_raising_num_train_steps_is_exact_and_old_checkpoints_go(tmp_path):
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  train.train_and_evaluate(tiny_config(**{**FAST, "checkpoint_every_steps": 2, "keep_checkpoints": 2}),
+  train_run(tiny_config(**{**FAST, "checkpoint_every_steps": 2, "keep_checkpoints": 2}),
                            str(straight))
   assert sorted(os.listdir(straight / "checkpoints")) == ["6", "8"]  # 2 and 4 deleted: keep the last 2
-  train.train_and_evaluate(tiny_config(**{**FAST, "num_train_steps": 4}), str(resumed))
-  train.train_and_evaluate(tiny_config(**FAST), str(resumed))
+  train_run(tiny_config(**{**FAST, "num_train_steps": 4}), str(resumed))
+  train_run(tiny_config(**FAST), str(resumed))
   a, b = load_state(straight, 8), load_state(resumed, 8)
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
@@ -141,11 +155,11 @@ def test_resume_by_raising_num_train_steps_is_exact_and_old_checkpoints_go(tmp_p
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   workdir = tmp_path / "run"
-  train.train_and_evaluate(tiny_config(**{**FAST, "num_train_steps": 4}), str(workdir))
+  train_run(tiny_config(**{**FAST, "num_train_steps": 4}), str(workdir))
   good = load_state(workdir, 4)
   bad = tiny_config(**FAST, learning_rate=1e39)  # inf in float32: the first update makes the parameters inf/nan
   with pytest.raises(train.NonFiniteError, match=r"non-finite training state at step 5.*checkpoint \(step 4\)"):
-    train.train_and_evaluate(bad, str(workdir), allow_config_change=("learning_rate",))
+    train_run(bad, str(workdir), allow_config_change=("learning_rate",))
   assert sorted(os.listdir(workdir / "checkpoints")) == ["4"]
   for k, v in load_state(workdir, 4).items():
     np.testing.assert_array_equal(v, good[k])
@@ -169,8 +183,8 @@ def run_steps(num_steps):
   config = tiny_config(batch_size=8, model={"dropout_rate": 0.1})
   mesh = train.make_mesh()
   task = data.get_task(config)
-  model = model_lib.Transformer(run_config.model_config(config, task.vocab.size))
-  tx, schedule = optim.make_optimizer(config, model.config.d_model)
+  model = model_lib.Transformer(parse(config).model.replace(vocab_size=task.vocab.size))
+  tx, schedule = optim.make_optimizer(parse(config).optim, model.config.d_model, config.num_train_steps)
   first = task.train_batch(0)
   rep, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
   state = jax.jit(functools.partial(train.init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
@@ -215,7 +229,7 @@ BAD_CONFIGS = [
     (dict(model={"cross_position": "sinusoidal"}), r"config.model.cross_position.*allowed"),
     (dict(model={"num_heads": 3}), r"config.model.num_heads = 3.*allowed: a divisor of d_model = 32"),
     (dict(model={"shaw": {"max_distance": -1}}),
-     r"config.model.shaw: max_distance \(clipping distance k\) must be >= 0, got -1"),
+     r"config.model.shaw: shaw option max_distance = -1 is not allowed; allowed: an int >= 0 and <= 65536"),
     (dict(dataset="wmt99"), r"config.dataset: unknown data set 'wmt99'; allowed: \[.*'copy'"),
     (dict(dataset=""), r"config.dataset: unknown data set ''"),
     (dict(eval_splits=("test",)), r"config.eval_splits.*allowed: names from \['valid', 'long'\]"),
@@ -235,7 +249,7 @@ BAD_CONFIGS = [
 def test_bad_config_fails_before_any_work_naming_the_key(tmp_path, overrides, message):
   workdir = tmp_path / "run"
   with pytest.raises(ValueError, match=message):
-    train.train_and_evaluate(tiny_config(**dict(overrides)), str(workdir))
+    train_run(tiny_config(**dict(overrides)), str(workdir))
   assert not workdir.exists()  # nothing was built or written
 
 
@@ -244,11 +258,11 @@ def test_missing_dataset_key_and_batch_not_divisible_by_devices():
   with config.unlocked():
     del config["dataset"]
   with pytest.raises(ValueError, match=r"config.dataset: unknown data set None"):
-    run_config.validate(config, num_devices=1)
+    validate(config, num_devices=1)
   with pytest.raises(ValueError, match=r"config.batch_size = 6 must be divisible by the number of devices \(4\)"):
-    run_config.validate(tiny_config(batch_size=6), num_devices=4)
+    validate(tiny_config(batch_size=6), num_devices=4)
   with pytest.raises(ValueError, match=r"config.eval_batch_size = 16 must be divisible .* \(3\)"):
-    run_config.validate(tiny_config(batch_size=6), num_devices=3)
+    validate(tiny_config(batch_size=6), num_devices=3)
 
 
 @pytest.mark.slow
@@ -257,7 +271,7 @@ def test_every_config_file_validates_and_run_py_trains_with_overrides(tmp_path, 
     if path.stem in ("__init__", "base"):
       continue
     module = importlib.import_module("configs." + path.stem)
-    run_config.validate(module.get_config(), num_devices=1)
+    validate(module.get_config(), num_devices=1)
   workdir = tmp_path / "cli"
   cmd = [sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={workdir}", "--config.num_train_steps=2",
          "--config.eval_splits=()", "--config.model.dropout_rate=0.1", "--config.log_every_steps=1"]
@@ -300,7 +314,7 @@ def test_a_newly_registered_scheme_trains_through_the_engine(tmp_path):
                          model={"position": "toy_clipped_bias", "attention_implementation": "chunked"})
     assert config.model.toy_clipped_bias.toy_radius == 2  # the base config lists the new scheme's options
     config.model.toy_clipped_bias.toy_radius = 3
-    out = train.train_and_evaluate(config, str(tmp_path / "run"))
+    out = train_run(config, str(tmp_path / "run"))
     assert out["step"] == 3 and np.isfinite(out["train/loss"])
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["model_config"]["position_options"]["toy_radius"] == 3
@@ -332,14 +346,14 @@ def test_user_errors_are_one_line_with_exit_status_2(tmp_path, args, message):
 
 def test_final_eval_splits_are_scored_at_the_last_step_only(tmp_path):
   config = tiny_config(**{**FAST, "eval_splits": ("valid",), "final_eval_splits": ("long",), "eval_every_steps": 4})
-  train.train_and_evaluate(config, str(tmp_path))
+  train_run(config, str(tmp_path))
   evaluated = {}
   for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
     r = json.loads(line)
     evaluated.setdefault(r["step"], set()).update(k.split("/")[0] for k in r if k.endswith("/loss"))
   assert evaluated[4] == {"train", "valid"} and evaluated[8] == {"train", "valid", "long"}
-  with pytest.raises(run_config.ConfigError, match="final_eval_splits"):
-    run_config.validate(tiny_config(eval_splits=("valid",), final_eval_splits=("valid",)), num_devices=1)
+  with pytest.raises(ConfigError, match="final_eval_splits"):
+    validate(tiny_config(eval_splits=("valid",), final_eval_splits=("valid",)), num_devices=1)
 
 
 def test_bfloat16_trains_within_two_percent_of_float32(tmp_path):
@@ -349,7 +363,7 @@ def test_bfloat16_trains_within_two_percent_of_float32(tmp_path):
   curves = {}
   for dtype in ("float32", "bfloat16"):
     workdir = tmp_path / dtype
-    train.train_and_evaluate(tiny_config(num_train_steps=24, eval_splits=(), log_every_steps=4,
+    train_run(tiny_config(num_train_steps=24, eval_splits=(), log_every_steps=4,
                                          checkpoint_every_steps=24, model={"dtype": dtype}), str(workdir))
     curves[dtype] = np.array([r["train/loss"] for r in read_jsonl(workdir / "metrics.jsonl")
                               if "train/loss" in r])

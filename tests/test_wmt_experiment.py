@@ -18,7 +18,6 @@ from experiments import runs as runs_lib
 from rpr import data
 from rpr import decode
 from rpr import metrics
-from rpr import run_config
 from rpr import train
 from rpr.records import read_jsonl
 
@@ -26,6 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 from configs import wmt14_ende as WMT  # noqa: E402  (after ROOT, which other tests here use)
+from tests.test_train import validate, train_run, parse
 
 
 def test_cells_are_tables_1_to_3_with_the_papers_numbers():
@@ -41,7 +41,7 @@ def test_cells_are_tables_1_to_3_with_the_papers_numbers():
 def test_every_cell_validates_and_is_the_papers_setting(cell):
   config = WMT.get_config(cell.variant)
   for devices in (1, 8):
-    run_config.validate(config, num_devices=devices)
+    validate(config, num_devices=devices)
   form = ".venv/bin/python run.py --config=configs/wmt14_ende.py:<variant> --workdir=workdirs/wmt14/<name>"
   assert form in " ".join(WMT.__doc__.split())  # the documented form, which each cell's command takes
   pattern = re.escape(form).replace(re.escape("<variant>"), re.escape(cell.variant))
@@ -50,7 +50,7 @@ def test_every_cell_validates_and_is_the_papers_setting(cell):
   assert (config.decode_method, config.beam_size, config.beam_alpha) == ("beam", 4, 0.6)
   assert (config.vocab_size, config.tokens_per_device * 8) == (32_768, 25_000)
   assert config.source_lang == "en" and tuple(config.language_pair) == ("de", "en")
-  model = run_config.model_config(config, config.vocab_size)
+  model = parse(config).model.replace(vocab_size=config.vocab_size)
   assert model.position == config.model.position
   assert model.cross_position == "none"  # Shaw: encoder-decoder attention stays plain
   # The config is the cell the paper's number belongs to.
@@ -84,7 +84,7 @@ def test_bad_variants_fail_naming_what_is_allowed(variant, message):
 def test_tiny_variant_trains_decodes_with_beam_search_and_scores_bleu_on_raw_references(tmp_path, monkeypatch):
   tfds = pytest.importorskip("tensorflow_datasets")
   config = WMT.get_config("tiny")
-  run_config.validate(config, num_devices=1)
+  validate(config, num_devices=1)
   workdir = tmp_path / "run"
 
   tasks, scored, beams = [], [], []
@@ -95,7 +95,7 @@ def test_tiny_variant_trains_decodes_with_beam_search_and_scores_bleu_on_raw_ref
     # Mock data's as_dataset patches epath process-wide (tfds MockFs) while it
     # runs; read the eval splits now so that it never overlaps an asynchronous
     # checkpoint write. Real TFDS does not need this.
-    for split in config.eval_splits:
+    for split in ("validation", "test"):  # every split the tiny variant evaluates
       task.references(split)
     tasks.append(task)
     return task
@@ -112,7 +112,7 @@ def test_tiny_variant_trains_decodes_with_beam_search_and_scores_bleu_on_raw_ref
   monkeypatch.setattr(metrics, "bleu", spying_bleu)
   monkeypatch.setattr(decode, "beam_search", spying_beam_search)
   with tfds.testing.mock_data(num_examples=64, policy=tfds.testing.MockPolicy.USE_CODE):
-    results = train.train_and_evaluate(config, str(workdir))
+    results = train_run(config, str(workdir))
 
   # Vocabulary trained from the training split and kept in the workdir.
   (task,) = tasks

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from experiments import sweep as sweep_lib
 from rpr import checkpoint
-from rpr import run_config
 from rpr import train
 from rpr import workdir
 from rpr.records import read_jsonl
 from tests.test_train import ROOT, _env, load_state, timeless_records, tiny_config
+from tests.test_train import ConfigError, validate, train_run
 
 FAST = dict(num_train_steps=8, eval_splits=(), log_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=2,
             model={"dropout_rate": 0.1})
@@ -111,10 +111,10 @@ def test_a_killed_holder_releases_the_lock(tmp_path):
 def test_config_json_is_compared_even_before_the_first_checkpoint(tmp_path):
   config = tiny_config(**FAST)
   (tmp_path / "config.json").write_text(json.dumps({"config": json.loads(config.to_json_best_effort())}))
-  run_config.validate(config, num_devices=1, workdir=str(tmp_path))  # the same config: goes on
+  validate(config, num_devices=1, workdir=str(tmp_path))  # the same config: goes on
   changed = tiny_config(**FAST, learning_rate=0.5)
-  with pytest.raises(run_config.ConfigError, match=r"learning_rate 0.01 -> 0.5"):
-    run_config.validate(changed, num_devices=1, workdir=str(tmp_path))
+  with pytest.raises(ConfigError, match=r"learning_rate 0.01 -> 0.5"):
+    validate(changed, num_devices=1, workdir=str(tmp_path))
 
 
 @pytest.mark.parametrize("left", ["checkpoints", "metrics"])
@@ -125,19 +125,19 @@ def test_history_without_config_json_is_refused_unless_trusted(tmp_path, left):
   else:
     (tmp_path / "metrics.jsonl").write_text('{"step": 10}\n')
     message = r"holds metrics.jsonl but no config.json"
-  with pytest.raises(run_config.ConfigError, match=message):
-    run_config.validate(tiny_config(**FAST), num_devices=1, workdir=str(tmp_path))
-  run_config.validate(tiny_config(**FAST), num_devices=1, workdir=str(tmp_path), trust_checkpoints=True)
+  with pytest.raises(ConfigError, match=message):
+    validate(tiny_config(**FAST), num_devices=1, workdir=str(tmp_path))
+  validate(tiny_config(**FAST), num_devices=1, workdir=str(tmp_path), trust_checkpoints=True)
 
 
 def test_config_json_is_written_before_step_1_and_trusted_checkpoints_resume_exactly(tmp_path):
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  train.train_and_evaluate(tiny_config(**FAST), str(straight))
-  train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=4)), str(resumed))
+  train_run(tiny_config(**FAST), str(straight))
+  train_run(tiny_config(**dict(FAST, num_train_steps=4)), str(resumed))
   (resumed / "config.json").unlink()
-  with pytest.raises(run_config.ConfigError, match="no config.json"):
-    train.train_and_evaluate(tiny_config(**FAST), str(resumed))
-  train.train_and_evaluate(tiny_config(**FAST), str(resumed), trust_checkpoints=True)
+  with pytest.raises(ConfigError, match="no config.json"):
+    train_run(tiny_config(**FAST), str(resumed))
+  train_run(tiny_config(**FAST), str(resumed), trust_checkpoints=True)
   assert json.loads((resumed / "config.json").read_text())["config"]["num_train_steps"] == 8
   a, b = load_state(straight, 8), load_state(resumed, 8)
   for k in a:
@@ -148,14 +148,14 @@ def test_records_without_a_checkpoint_are_never_trained_over(tmp_path):
   """A finished run whose checkpoints are gone (a fresh clone of committed results) is refused and left as it
   was; an unfinished one starts at step 0 with its records set aside, not rewound away."""
   straight, run = tmp_path / "straight", tmp_path / "run"
-  train.train_and_evaluate(tiny_config(**FAST), str(straight))
-  train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=4)), str(run))
+  train_run(tiny_config(**FAST), str(straight))
+  train_run(tiny_config(**dict(FAST, num_train_steps=4)), str(run))
   before = (run / "metrics.jsonl").read_text()
   shutil.rmtree(run / "checkpoints")
   with pytest.raises(workdir.Unusable, match=r"holds a finished run \(metrics.jsonl to step 4\) but no checkpoint"):
-    train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=4)), str(run))
+    train_run(tiny_config(**dict(FAST, num_train_steps=4)), str(run))
   assert (run / "metrics.jsonl").read_text() == before and not (run / "checkpoints").exists()
-  train.train_and_evaluate(tiny_config(**FAST), str(run))  # 8 steps: unfinished, so it starts over
+  train_run(tiny_config(**FAST), str(run))  # 8 steps: unfinished, so it starts over
   aside = list(run.glob("metrics.orphaned-*.jsonl"))
   assert len(aside) == 1 and aside[0].read_text() == before
   assert timeless_records(run / "metrics.jsonl") == timeless_records(straight / "metrics.jsonl")
@@ -163,8 +163,8 @@ def test_records_without_a_checkpoint_are_never_trained_over(tmp_path):
 
 def test_each_process_appends_its_span_and_steps_to_processes_jsonl(tmp_path):
   t0 = time.time()
-  train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=4)), str(tmp_path))
-  train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))  # resumed at 4, on to 8
+  train_run(tiny_config(**dict(FAST, num_train_steps=4)), str(tmp_path))
+  train_run(tiny_config(**FAST), str(tmp_path))  # resumed at 4, on to 8
   spans = read_jsonl(tmp_path / workdir.PROCESSES)
   assert [(p["from_step"], p["to_step"], p["pid"]) for p in spans] == [(0, 4, os.getpid()), (4, 8, os.getpid())]
   recorded = json.loads((tmp_path / "config.json").read_text())  # the machine and code, per process here
@@ -181,17 +181,17 @@ def test_a_process_stopped_by_a_signal_between_records_spans_up_to_the_step_it_s
 
   with monkeypatch.context() as m:
     m.setitem(data.REGISTRY, "copy", data.Entry(lambda c: _SigtermAt(c, step=2)))
-    out = train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+    out = train_run(tiny_config(**FAST), str(tmp_path))
   assert out["stopped_by_signal"] == 1.0 and out["step"] == 3
   assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [2]
-  train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+  train_run(tiny_config(**FAST), str(tmp_path))
   spans = read_jsonl(tmp_path / workdir.PROCESSES)
   assert [(p["from_step"], p["to_step"]) for p in spans] == [(0, 3), (3, 8)]
   assert not any("running" in p for p in spans)
 
 
 def test_after_each_save_the_process_rewrites_its_own_span_so_a_kill_leaves_it_up_to_that_save(tmp_path, monkeypatch):
-  train.train_and_evaluate(tiny_config(**dict(FAST, num_train_steps=4)), str(tmp_path))  # an earlier process
+  train_run(tiny_config(**dict(FAST, num_train_steps=4)), str(tmp_path))  # an earlier process
   seen, real = [], checkpoint.Checkpoints.save
 
   def save(self, step, *args, **kwargs):  # the file as it stands when each save starts: the previous save's span
@@ -199,7 +199,7 @@ def test_after_each_save_the_process_rewrites_its_own_span_so_a_kill_leaves_it_u
     return real(self, step, *args, **kwargs)
 
   monkeypatch.setattr(checkpoint.Checkpoints, "save", save)
-  train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))  # resumed at 4, saves at 6 and 8
+  train_run(tiny_config(**FAST), str(tmp_path))  # resumed at 4, saves at 6 and 8
   assert [step for step, _ in seen] == [6, 8]
   first = seen[0][1]
   assert len(first) == 1 and "running" not in first[0]  # the earlier process's line, untouched
@@ -228,14 +228,14 @@ def test_a_save_that_fails_stops_the_run_naming_the_last_saved_step(tmp_path, mo
   with caplog.at_level(logging.INFO):
     with pytest.raises(checkpoint.SaveError, match=r"could not save the checkpoint of step 6 .*No space left on "
                        r"device.*last saved checkpoint is step 4"):
-      train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+      train_run(tiny_config(**FAST), str(tmp_path))
   saved = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Saved the checkpoint")]
   assert saved == ["Saved the checkpoint of step 2.", "Saved the checkpoint of step 4."]
   records = read_jsonl(tmp_path / "metrics.jsonl")
   assert max(r["step"] for r in records) <= 8
   # The next start resumes from step 4 (6 has no checksums) and drops the records past it.
   monkeypatch.setattr(checkpoint, "write_checksums", real)
-  out = train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+  out = train_run(tiny_config(**FAST), str(tmp_path))
   steps = [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")]
   assert out["step"] == 8 and steps == [2, 4, 6, 8]
 
@@ -263,7 +263,7 @@ def test_a_save_that_raises_at_once_stops_the_run_too(tmp_path, monkeypatch):
 
   monkeypatch.setattr(checkpoint.ocp.CheckpointManager, "save", save)
   with pytest.raises(checkpoint.SaveError, match=r"step 4 .*Permission denied.*last saved checkpoint is step 2"):
-    train.train_and_evaluate(tiny_config(**FAST), str(tmp_path))
+    train_run(tiny_config(**FAST), str(tmp_path))
 
 
 # ----------------------------------------------------------------------------

@@ -26,10 +26,10 @@ def test_without_tensorboard_a_run_writes_jsonl_only_and_never_imports_tensorflo
   code = f"""
 import glob, sys
 from configs import tiny
-from rpr import records, train
+from rpr import config as rpr_config, records, train
 config = tiny.get_config()
 config.update(num_train_steps=2, log_every_steps=1, eval_splits=(), tensorboard=False)
-train.train_and_evaluate(config, {str(tmp_path)!r})
+train.train_and_evaluate(rpr_config.parse(config), {str(tmp_path)!r})
 assert not glob.glob({str(tmp_path / "events.*")!r})
 assert [r["step"] for r in records.read_jsonl({str(tmp_path / "metrics.jsonl")!r})] == [1, 2], "records"
 print(sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "clu", "keras")))

@@ -76,27 +76,26 @@ def _timed(fn) -> float:
 
 def measure(case: Case, steps: int) -> dict:
   """Trains ``steps`` steps of ``case`` as ``rpr.train`` would and measures them (module docstring)."""
-  from rpr import data, optim, run_config
+  from rpr import config as config_lib, data, optim
   from rpr.model import build
   from rpr.sharding import host_batch, make_mesh
   from rpr.steps import init_state, train_step
   from jax.sharding import NamedSharding, PartitionSpec as P
 
-  config = load(case)
   mesh = make_mesh()
-  run_config.validate(config, num_devices=mesh.size)
-  task = data.get_task(config, tempfile.mkdtemp(prefix="bench_step_"), mesh.size)
-  model_config = run_config.model_config(config, task.vocab.size)
+  config = config_lib.parse(load(case), num_devices=mesh.size)
+  task = data.get_task(config.data, tempfile.mkdtemp(prefix="bench_step_"), mesh.size)
+  model_config = config.model.replace(vocab_size=task.vocab.size)
   model = build(model_config)
-  tx, schedule = optim.make_optimizer(config, model_config.d_model)
+  tx, schedule = optim.make_optimizer(config.optim, model_config.d_model, config.budget.num_train_steps)
   replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
   first = task.train_batch(0, slice(0, 1))
   init_fn = functools.partial(init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
                               target_length=first["targets"].shape[1])
   init = jax.jit(init_fn, out_shardings=replicated)
-  state = init(jax.random.PRNGKey(config.seed))
+  state = init(jax.random.PRNGKey(config.data.seed))
   step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx, schedule=schedule,
-                                      label_smoothing=config.label_smoothing),
+                                      label_smoothing=config.optim.label_smoothing),
                     in_shardings=(replicated, rows), out_shardings=(replicated, replicated), donate_argnums=0)
   batches = [host_batch(task, s, mesh) for s in range(steps)]
   shapes = collections.Counter(tuple(v.shape for v in b.values()) for b in batches)
@@ -110,7 +109,7 @@ def measure(case: Case, steps: int) -> dict:
   for shape in compiled:  # one real call per shape: the first call of a compiled program allocates
     warm, _ = step_fn(warm, next(b for b in batches if tuple(v.shape for v in b.values()) == shape))
   jax.block_until_ready(warm)
-  state = init(jax.random.PRNGKey(config.seed))  # the step donates its state: train from a fresh one
+  state = init(jax.random.PRNGKey(config.data.seed))  # the step donates its state: train from a fresh one
   losses, t0 = [], time.perf_counter()
   for s in range(steps):  # the host batch inside the clock, as in training
     state, m = step_fn(state, host_batch(task, s, mesh))

@@ -101,7 +101,7 @@ class MultiHeadAttention(nn.Module):
       A module is used as given: its ``terms`` act here, its ``embed`` is
       the caller's to apply (:mod:`rpr.model` does, at the embeddings).
     position_options: with a scheme name, its options: its ``Options`` or a
-      mapping of their fields, e.g. ``{"max_distance": 16}`` (None: defaults).
+      mapping of their fields, e.g. ``{"share_heads": True}`` (None: defaults).
     max_length: longest position, passed to a named scheme (none of those acting in attention reads it).
     implementation: ``dense``, ``chunked`` or ``additive`` (:data:`IMPLEMENTATIONS`).
       Decode steps (one query against the cache) run dense.

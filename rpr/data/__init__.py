@@ -9,9 +9,13 @@ registered with ``run_context=True`` is called as ``factory(config, workdir,
 num_devices)``: for data sets that keep files in the run's workdir or size
 their batches by the device count. ``batch_by_tokens=True`` marks data sets
 whose batches hold a token budget instead of ``config.batch_size`` rows (which
-may then be None). ``keys`` names the config keys the factory reads besides
-the engine's (``rpr.run_config.ENGINE_KEYS``): a run config with a key that
-neither the engine nor any registered data set reads is refused. ``prepare``
+may then be None). ``section`` is the frozen dataclass of the config keys the
+factory reads besides the engine's (:mod:`rpr.data.sections`: each key's type,
+range and default declared once); ``keys`` lists its names, and a run config
+with a key that neither the engine nor any registered data set reads is
+refused (:mod:`rpr.config`). A factory is given the run's
+:class:`rpr.config.Data` section, which answers ``.get(key)`` and attribute
+reads for its own keys and the engine's data keys. ``prepare``
 (optional) makes the files that every run of a config shares (generated data,
 vocabulary) if they are absent: :func:`prepare` calls it, so that a sweep
 makes them once before its parallel workers start, instead of each worker
@@ -33,6 +37,7 @@ import dataclasses
 import os
 from typing import Callable, Optional
 
+from rpr.data import sections
 from rpr.data.task import Task
 
 # Before any data set imports TensorFlow (through TFDS): TensorFlow's INFO lines (the oneDNN notice) stay out of
@@ -50,20 +55,25 @@ class Entry:
   splits: Optional[tuple[str, ...]] = None  # evaluation splits; None: not declared (not checked)
   run_context: bool = False  # the factory also takes the run's workdir and device count
   batch_by_tokens: bool = False  # batches hold a token budget; config.batch_size is not used
-  keys: tuple[str, ...] = ()  # config keys the factory reads besides rpr.run_config.ENGINE_KEYS
+  section: type = sections.Synthetic  # the data set's own keys (rpr.data.sections)
   prepare: Optional[Callable[..., None]] = None  # config -> None: makes the runs' shared files if absent
+
+  @property
+  def keys(self) -> tuple[str, ...]:
+    """The config keys the factory reads besides the engine's: its section's fields."""
+    return tuple(f.name for f in dataclasses.fields(self.section))
 
 
 REGISTRY: dict[str, Entry] = {}
 
 
 def register(name: str, factory: Callable[..., Task], splits: Optional[tuple[str, ...]] = None, *,
-             run_context: bool = False, batch_by_tokens: bool = False, keys: tuple[str, ...] = (),
+             run_context: bool = False, batch_by_tokens: bool = False, section: type,
              prepare: Optional[Callable[..., None]] = None) -> None:
   if name in REGISTRY:
     raise ValueError(f"data set {name!r} is already registered")
   REGISTRY[name] = Entry(factory, tuple(splits) if splits is not None else None, run_context, batch_by_tokens,
-                         tuple(keys), prepare)
+                         section, prepare)
 
 
 def names() -> list[str]:
@@ -133,7 +143,7 @@ def _synthetic(kind: str):
 
 for _kind in ("copy", "reverse"):
   register(_kind, _synthetic(_kind), splits=("valid", "long"),
-           keys=("min_length", "max_length", "long_max_length", "num_eval_examples"))
+           section=sections.Synthetic)
 
 
 def _arithmetic(config):
@@ -148,7 +158,7 @@ def _prepare_arithmetic(config):
   arithmetic.prepare(config.arithmetic_config, os.path.expanduser(config.data_dir))
 
 
-register("arithmetic", _arithmetic, splits=("test",), keys=("arithmetic_config", "data_dir"),
+register("arithmetic", _arithmetic, splits=("test",), section=sections.Arithmetic,
          prepare=_prepare_arithmetic)
 
 
@@ -169,11 +179,9 @@ def _wmt14(config, workdir: str, num_devices: int):
   return wmt.make_task(values, values.get("cache_dir") or workdir, num_devices)
 
 
-# wmt.CONFIG_KEYS (listed here: importing rpr.data.wmt imports TFDS) and the two above.
+# wmt.CONFIG_KEYS (declared in sections: importing rpr.data.wmt imports TFDS) and the two above.
 register("wmt14", _wmt14, splits=("validation", "test"), run_context=True, batch_by_tokens=True,
-         keys=("data_dir", "language_pair", "source_lang", "vocab_size", "tokens_per_batch", "max_length",
-               "bucket_boundaries", "train_split", "spm_train_pairs", "spm_byte_fallback", "spm_hard_vocab_limit",
-               "tokens_per_device", "cache_dir", "mock_examples"))
+         section=sections.Wmt14)
 
 
 def _bible_fr_en(config, workdir: str, num_devices: int):
@@ -189,9 +197,7 @@ def _prepare_bible_fr_en(config):
 
 
 register("bible_fr_en", _bible_fr_en, splits=("validation", "test", "test_long"), run_context=True,
-         batch_by_tokens=True, keys=("data_dir", "corpus_dir", "vocab_size", "train_max_source_tokens",
-                                     "tokens_per_batch", "max_length", "bucket_boundaries", "spm_hard_vocab_limit"),
-         prepare=_prepare_bible_fr_en)
+         batch_by_tokens=True, section=sections.Bible, prepare=_prepare_bible_fr_en)
 
 
 def _sotu(config):
@@ -206,5 +212,4 @@ def _prepare_sotu(config):
 
 # The long splits are named as rpr.data.lm names them: <split>_x<multiple> of the context.
 register("sotu", _sotu, splits=("validation", "test", "test_x2", "test_x4", "test_x8"),
-         keys=("data_dir", "corpus_dir", "vocab_size", "lm_context_length", "spm_hard_vocab_limit"),
-         prepare=_prepare_sotu)
+         section=sections.Sotu, prepare=_prepare_sotu)

@@ -299,7 +299,7 @@ def test_a_scheme_module_acting_at_the_embeddings_is_used_as_given(random_variab
     (dict(num_heads=3), r"features 8 are not divisible by num_heads 3"),
     (dict(position="rope", head_dim=3), r"rope needs an even head_dim, got 3"),
     (dict(position="shaw", position_options={"max_distance": -1}),
-     r"max_distance \(clipping distance k\) must be >= 0, got -1"),
+     r"shaw option max_distance = -1 is not allowed; allowed: an int >= 0 and <= 65536"),
     (dict(position="shaw", position_options={"max_distanse": 2}), r"shaw has no option 'max_distanse'; allowed: "),
 ])
 def test_bad_layer_arguments_raise(random_variables, kw, match):

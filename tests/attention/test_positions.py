@@ -97,7 +97,7 @@ def test_parametrised_scheme_lists_are_the_registry():
 
 # parse_options runs inside make: a bad value fails when the scheme is built, naming it.
 @pytest.mark.parametrize("scheme,options,match", [
-    ("shaw", dict(max_distance=-3), r"max_distance \(clipping distance k\) must be >= 0, got -3"),
+    ("shaw", dict(max_distance=-3), r"shaw option max_distance = -3 is not allowed; allowed: an int >= 0 and <= 65536"),
     ("t5", dict(num_buckets=1), r"t5 option num_buckets = 1 is not allowed; allowed: an int >= 2"),
     ("t5", dict(num_buckets=32, bucket_max_distance=8),
      r"t5 option bucket_max_distance = 8 is not allowed; allowed: an int >= num_buckets \(32\)"),

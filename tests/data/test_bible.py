@@ -20,6 +20,7 @@ from rpr import data, progress
 from rpr.data import bible, corpus, fetch
 from rpr.data.task import EOS, PAD
 from tests.conftest import assert_fetched_and_checked, assert_rows_are_slices, real_builder
+from tests.test_train import validate, train_run
 
 # book -> (chapters, verses per chapter); 1, 40 train; 8, 59 validation; 6, 42 test.
 BOOKS = {1: (2, 4), 8: (1, 3), 6: (1, 5), 40: (2, 4), 42: (1, 5), 59: (1, 4)}
@@ -197,11 +198,11 @@ def test_real_wheel_counts(tmp_path):
 @pytest.mark.slow
 def test_translation_config_variants_validate_and_tiny_runs_end_to_end(tmp_path, wheel, data_dir):
   from configs import translation
-  from rpr import run_config, train
+  from rpr import train  # noqa: F401
 
   for variant in ("", "pe=sinusoidal", "pe=shaw,k=4", "short=40,seed=1", "tiny,pe=alibi,directional=1"):
     config = translation.get_config(variant)
-    run_config.validate(config, num_devices=1)
+    validate(config, num_devices=1)
     assert config.dataset == "bible_fr_en"
     assert (config.decode_method, config.beam_size, config.beam_alpha) == ("beam", 4, 0.6)
   assert translation.get_config("short=40").train_max_source_tokens == 40
@@ -211,7 +212,7 @@ def test_translation_config_variants_validate_and_tiny_runs_end_to_end(tmp_path,
   config = translation.get_config("tiny")
   config.data_dir, config.corpus_dir = data_dir, wheel[0]  # generated from the small wheel already
   config.tokens_per_batch, config.max_length = 64, 32  # 16 training pairs must fill a batch
-  results = train.train_and_evaluate(config, str(tmp_path / "run"))
+  results = train_run(config, str(tmp_path / "run"))
   assert results["step"] == 4 and 0.0 <= results["validation/bleu"] <= 100.0
   assert 0.0 <= results["test/bleu"] <= 100.0  # final_eval_splits: test at the last step only
   buckets = {k: v for k, v in results.items() if k.startswith("test/sentences_by_length/")}

@@ -24,9 +24,9 @@ from experiments import attention_maps
 from experiments import report
 from rpr import data
 from rpr import model as model_lib
-from rpr import run_config
 from rpr.data import arithmetic
 from rpr.data.task import CharVocab
+from tests.test_train import parse
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VOCAB = CharVocab(arithmetic.VOCAB_CHARS)
@@ -82,7 +82,7 @@ def test_symmetric_alibi_cannot_tell_an_input_from_its_reverse_but_directional_a
 
 
 def _untrained_params(config):
-  m = model_lib.Transformer(run_config.model_config(config, VOCAB.size))
+  m = model_lib.Transformer(parse(config).model.replace(vocab_size=VOCAB.size))
   return m.init(jax.random.PRNGKey(0), jnp.ones((1, 7), jnp.int32), jnp.ones((1, 5), jnp.int32))["params"]
 
 

@@ -9,9 +9,9 @@ from absl import app
 from experiments import position_probe
 from rpr import data
 from rpr import model as model_lib
-from rpr import run_config
 from rpr import train
 from tests.test_train import FAST, tiny_config
+from tests.test_train import train_run, parse
 
 
 def _config(position: str, **options):
@@ -28,7 +28,7 @@ def _probe_config(position: str, **options):
 def test_the_states_are_the_blocks_outputs_and_the_cross_weights_are_distributions():
   config = _config("shaw")
   task = data.get_task(config)
-  model = model_lib.build(run_config.model_config(config, task.vocab.size).replace(deterministic=True))
+  model = model_lib.build(parse(config).model.replace(vocab_size=task.vocab.size).replace(deterministic=True))
   batch = next(iter(task.eval_batches("valid")))
   x, y = jnp.asarray(batch["inputs"]), jnp.asarray(batch["targets"])
   params = model.init(jax.random.PRNGKey(0), x, y)["params"]
@@ -64,7 +64,7 @@ def probes(tmp_path_factory):
   out = {}
   for name, config in (("none", _probe_config("none")), ("av", _probe_config("shaw", use_keys=False))):
     workdir = str(tmp_path_factory.mktemp(name))
-    train.train_and_evaluate(config, workdir)
+    train_run(config, workdir)
     out[name] = position_probe.probe(workdir, "valid", "valid")  # in-sample: the copy task has one short split
     out[name]["workdir"] = workdir
   return out

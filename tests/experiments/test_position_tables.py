@@ -11,6 +11,9 @@ from experiments import position_tables
 from experiments.runs import load_params
 from rpr import train
 from tests.test_train import FAST, ROOT, tiny_config
+from rpr import assemble
+from rpr.sharding import make_mesh
+from tests.test_train import train_run, parse
 
 SHAW = dict(FAST, model=dict(FAST["model"], position="shaw"))
 
@@ -20,7 +23,7 @@ def _flat(params) -> dict[str, np.ndarray]:
 
 
 def _assert_rebuilt_bit_for_bit(run, workdir: str) -> dict[str, np.ndarray]:
-  """``initial_params(workdir)`` equals the state ``train._prepare`` initialised; returns that state, flat."""
+  """``initial_params(workdir)`` equals the state ``rpr.assemble.prepare`` initialised; returns that state, flat."""
   started, rebuilt = _flat(run.state.params), _flat(position_tables.initial_params(workdir))
   assert sorted(rebuilt) == sorted(started)
   for name, value in started.items():
@@ -32,7 +35,7 @@ def test_the_rebuilt_initial_parameters_are_those_the_run_started_from(tmp_path)
   started = {}
   for seed in (3, 4):
     workdir = str(tmp_path / f"seed{seed}")
-    run = train._prepare(tiny_config(**SHAW, seed=seed), workdir, ())  # writes config.json, initialises
+    run = assemble.prepare(parse(tiny_config(**SHAW, seed=seed)), workdir, make_mesh())  # writes config.json
     started[seed] = _assert_rebuilt_bit_for_bit(run, workdir)
   # The seed decides: the check above could fail.
   assert any(not np.array_equal(started[3][n], started[4][n]) for n in started[3])
@@ -48,14 +51,14 @@ def test_the_rebuilt_initial_parameters_of_a_language_model_are_its_own(tmp_path
   sotu.prepare(str(tmp_path / "tfds"), str(corpus_dir), test_sotu_data.make_tarball(corpus_dir))
   config = lm.get_config("tiny,pe=shaw,k=2")
   config.data_dir, config.corpus_dir, config.lm_context_length = str(tmp_path / "tfds"), str(corpus_dir), 8
-  run = train._prepare(config, str(tmp_path / "run"), ())
+  run = assemble.prepare(parse(config), str(tmp_path / "run"), make_mesh())
   started = _assert_rebuilt_bit_for_bit(run, str(tmp_path / "run"))
   assert any("key_table" in name for name in started)
 
 
 def test_measure_reports_every_position_table_and_how_far_it_moved(tmp_path):
   workdir = str(tmp_path / "run")
-  train.train_and_evaluate(tiny_config(**SHAW), workdir)
+  train_run(tiny_config(**SHAW), workdir)
   rows = {r["name"]: r for r in position_tables.measure(workdir)}
   assert sorted(rows) == [f"{s}/layer_0/{t}" for s in ("decoder", "encoder") for t in ("key_table", "value_table")]
   before = position_tables.position_params(position_tables.initial_params(workdir))

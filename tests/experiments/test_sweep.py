@@ -15,8 +15,9 @@ from experiments import runs as runs_lib
 from experiments import sweep as sweep_lib
 from experiments import sweeps
 from rpr import data
-from rpr import run_config
 from rpr.attention import positions
+from rpr import config as rpr_config
+from tests.test_train import validate
 
 
 @pytest.mark.parametrize("name", sorted(sweeps.SWEEPS))
@@ -29,7 +30,7 @@ def test_every_run_of_every_sweep_has_a_valid_config_and_its_own_workdir(name):
     config = sweep_lib.load_config(run, "root")  # unknown override keys would fail here (locked config)
     if config.dataset not in data.REGISTRY:
       pytest.skip(f"data set {config.dataset!r} is not registered yet")
-    run_config.validate(config, num_devices=1)
+    validate(config, num_devices=1)
     assert config.seed == run.seed
 
 
@@ -175,7 +176,7 @@ def test_a_finished_run_is_skipped_without_a_word_about_resuming_it(tmp_path, ca
   workdir.mkdir()
   (workdir / "config.json").write_text(json.dumps({"config": json.loads(config.to_json_best_effort()),
                                                    "xla_flags": "--xla_some_other_machine"}))
-  _finish(workdir, config.num_train_steps, splits=run_config.evaluated_splits(config))
+  _finish(workdir, config.num_train_steps, splits=rpr_config.evaluated_splits(config))
   with caplog.at_level(logging.INFO):
     outcome = sweep_lib.train_all([sweep_lib.Job(config, str(workdir))])
   assert outcome["skipped"] == [str(workdir)]

@@ -14,7 +14,7 @@ Keys always sit at positions ``0 .. k_length-1`` and query ``i`` at
 
 A scheme is a :class:`Scheme` subclass registered under a name. Its own
 hyper-parameters are the fields of its ``Options`` dataclass, which holds
-their only defaults (Shaw's ``max_distance``, T5's ``num_buckets``, ...) and
+their only defaults (Shaw's clipping distance, T5's ``num_buckets``, ...) and
 their checks: :func:`parse_options` turns a mapping of them into the typed
 options, checked, and :func:`make` builds the scheme module from them.
 Each scheme is one file of this folder; adding one is a file holding one

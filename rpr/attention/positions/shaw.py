@@ -7,12 +7,16 @@ from typing import Optional
 
 import flax.linen as nn
 import jax
+import numpy as np
 
 from rpr.attention.positions.base import Scheme, Terms, register
 from rpr.attention.positions.sinusoidal import add_sinusoid
-from rpr.attention.relative import Relative, check_max_distance
+from rpr.attention.relative import Relative
 
 Array = jax.Array
+# The cap that stops a huge k before any allocation (issue 71): 2k+1 table rows. Not the model's max_length: a k
+# past the longest sequence only adds rows never trained, and a committed sweep (table2_cpu) trains k = 64 there.
+MAX_DISTANCE = 2 ** 16
 
 
 @register("shaw")
@@ -28,7 +32,10 @@ class Shaw(Scheme):
     add_sinusoidal: bool = False  # also the absolute sinusoids at the embeddings (Shaw et al. drop them)
 
     def check(self, head_dim: Optional[int] = None) -> None:
-      check_max_distance(self.max_distance)
+      k = self.max_distance
+      if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= MAX_DISTANCE:
+        raise ValueError(f"shaw option max_distance = {k!r} is not allowed; allowed: an int >= 0 and <= "
+                         f"{MAX_DISTANCE}")
 
   def embed(self, x: Array, offset=0) -> Array:
     return add_sinusoid(x, offset) if self.options.add_sinusoidal else x

@@ -15,8 +15,9 @@ from rpr.attention.positions.base import Scheme, Terms, register
 Array = jax.Array
 
 
-def t5_bucket(relative_position: Array, bidirectional: bool, num_buckets: int, max_distance: int) -> Array:
-  """T5's bucket of ``key - query``: exact below ``num_buckets/2`` (per side), log-spaced to ``max_distance``."""
+def t5_bucket(relative_position: Array, bidirectional: bool, num_buckets: int, bucket_max_distance: int) -> Array:
+  """T5's bucket of ``key - query``: exact below ``num_buckets/2`` (per side), log-spaced to ``bucket_max_distance``
+  (a bucket range, not a clipping distance)."""
   n = num_buckets
   ret = 0
   rp = relative_position
@@ -30,7 +31,7 @@ def t5_bucket(relative_position: Array, bidirectional: bool, num_buckets: int, m
   is_small = rp < max_exact
   large = max_exact + (
       jnp.log(jnp.maximum(rp, 1).astype(jnp.float32) / max_exact)
-      / math.log(max_distance / max_exact) * (n - max_exact)).astype(jnp.int32)
+      / math.log(bucket_max_distance / max_exact) * (n - max_exact)).astype(jnp.int32)
   large = jnp.minimum(large, n - 1)
   return ret + jnp.where(is_small, rp, large)
 

@@ -1,4 +1,4 @@
-"""Every bad value fails in run_config.validate, naming the key, the value and what is allowed, before any writing."""
+"""Every bad value fails in rpr.config.parse, naming the key, the value and what is allowed, before any writing."""
 
 import importlib
 import math
@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from configs import base
+from rpr import config as rpr_config
 from rpr import data
-from rpr import run_config
 from rpr import optim, train
 from tests.test_properties import config_with
 from tests.test_train import ROOT, tiny_config
+from tests.test_train import ConfigError, parse, validate, train_run
 
 # configs/tiny.py: copy, strings of 1-6 digits, the long split 7-8, model.max_length 64.
 BAD = [
@@ -33,33 +34,49 @@ BAD = [
     (dict(min_length=7), r"config.max_length = 6 is not allowed; allowed: an int >= 7 \(min_length\)"),
     (dict(weight_decay=math.inf), r"config.weight_decay = inf is not allowed"),
     (dict(cooldown_fraction=1.5), r"config.cooldown_fraction = 1.5 is not allowed; allowed: a number >= 0.0 and <= 1"),
+    # Huge values (issue 71): refused in one line before any allocation or any directory.
+    (dict(batch_size=10 ** 9), r"config.batch_size = 1000000000 is not allowed; allowed: an int >= 1 and <= 1048576"),
+    (dict(eval_batch_size=10 ** 9), r"config.eval_batch_size = 1000000000 is not allowed; .* <= 1048576"),
+    (dict(num_eval_examples=10 ** 9), r"config.num_eval_examples = 1000000000 is not allowed; .* <= 10000000"),
+    (dict(seed=18446744073709551617), r"config.seed = 18446744073709551617 is not allowed; allowed: an int >= 0 "
+                                      r"and <= 4294967295"),
+    (dict(seed=2 ** 32), r"config.seed = 4294967296 is not allowed"),
+    (dict(model={"shaw": {"max_distance": 99999999999999999999}}),
+     r"config.model.shaw: shaw option max_distance = 99999999999999999999 is not allowed; allowed: an int >= 0 and "
+     r"<= 65536"),
+    (dict(model={"shaw": {"max_distance": 10 ** 9}}), r"max_distance = 1000000000 is not allowed"),
+    (dict(model={"d_model": 10 ** 9}), r"config.model.d_model = 1000000000 is not allowed; .* <= 65536"),
+    (dict(model={"d_ff": 10 ** 9}), r"config.model.d_ff = 1000000000 is not allowed"),
+    (dict(model={"num_encoder_layers": 10 ** 6}), r"config.model.num_encoder_layers = 1000000 is not allowed"),
+    (dict(model={"max_length": 10 ** 9}), r"config.model.max_length = 1000000000 is not allowed; .* <= 1048576"),
+    (dict(num_train_steps=10 ** 12), r"config.num_train_steps = 1000000000000 is not allowed"),
 ]
 
 
 @pytest.mark.parametrize("overrides, message", BAD, ids=[repr(o) for o, _ in BAD])
 def test_bad_value_raises_config_error_naming_it_before_any_file_is_written(tmp_path, overrides, message):
-  with pytest.raises(run_config.ConfigError, match=message):
-    run_config.validate(tiny_config(**dict(overrides)), num_devices=1)
+  with pytest.raises(ConfigError, match=message):
+    validate(tiny_config(**dict(overrides)), num_devices=1)
   workdir = tmp_path / "run"
-  with pytest.raises(run_config.ConfigError, match=message):
-    train.train_and_evaluate(tiny_config(**dict(overrides)), str(workdir))
+  with pytest.raises(ConfigError, match=message):
+    train_run(tiny_config(**dict(overrides)), str(workdir))
   assert not workdir.exists()
 
 
 def test_checks_that_do_not_apply_pass():
   # long_max_length bounds the long split only: refused with it, accepted without it.
-  with pytest.raises(run_config.ConfigError, match="long_max_length = 6"):
-    run_config.validate(tiny_config(long_max_length=6), num_devices=1)
-  run_config.validate(tiny_config(eval_splits=("valid",), long_max_length=6), num_devices=1)
+  with pytest.raises(ConfigError, match="long_max_length = 6"):
+    validate(tiny_config(long_max_length=6), num_devices=1)
+  validate(tiny_config(eval_splits=("valid",), long_max_length=6), num_devices=1)
   # grad_clip_norm = inf is accepted and means no clipping: a huge gradient moves Adam exactly as unclipped.
   config = tiny_config(grad_clip_norm=math.inf, schedule="constant", warmup_steps=1)
-  run_config.validate(config, num_devices=1)
+  validate(config, num_devices=1)
   # Adam's first step is sign(g) lr where |g| >> eps: clipping to 1 brings the small entry near eps.
   params, grads = {"w": jnp.zeros(2)}, {"w": jnp.array([1e6, 1e-3])}
   moved = {}
   for clip in (math.inf, None, 1.0):
     config.grad_clip_norm = clip
-    opt, _ = optim.make_optimizer(config, d_model=8)
+    opt, _ = optim.make_optimizer(parse(config).optim, 8, config.num_train_steps)
     moved[clip] = opt.update(grads, opt.init(params), params)[0]["w"]
   np.testing.assert_array_equal(moved[math.inf], moved[None])
   assert not np.allclose(moved[1.0], moved[None])  # the comparison can fail: a finite clip changes the step
@@ -96,12 +113,12 @@ def test_an_xla_flags_value_that_xla_would_cut_short_fails_before_any_work(tmp_p
 @pytest.mark.parametrize("value", ["", "--a=1 --b=2", "--a=1 bare other",
                                    "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"])
 def test_xla_flags_that_xla_reads_whole_pass(value):
-  run_config.check_xla_flags(value)  # a bare word last drops nothing
+  rpr_config.check_xla_flags(value)  # a bare word last drops nothing
 
 
 def test_every_flag_xla_would_ignore_is_named():
-  with pytest.raises(run_config.ConfigError, match=r"stops reading at 'x=1' .* would ignore --b=2 --c; allowed"):
-    run_config.check_xla_flags("--a=1 x=1 --b=2 y --c")
+  with pytest.raises(ConfigError, match=r"stops reading at 'x=1' .* would ignore --b=2 --c; allowed"):
+    rpr_config.check_xla_flags("--a=1 x=1 --b=2 y --c")
 
 
 TYPED_BAD = [
@@ -124,8 +141,8 @@ TYPED_BAD = [
 
 @pytest.mark.parametrize("path, value, message", TYPED_BAD, ids=[f"{p}={v!r:.10}" for p, v, _ in TYPED_BAD])
 def test_a_value_of_the_wrong_type_or_beyond_the_floats_names_the_key(path, value, message):
-  with pytest.raises(run_config.ConfigError, match=message):
-    run_config.validate(config_with(path, value), num_devices=1)
+  with pytest.raises(ConfigError, match=message):
+    validate(config_with(path, value), num_devices=1)
 
 
 def test_an_unknown_top_level_key_fails_naming_it():
@@ -133,19 +150,19 @@ def test_an_unknown_top_level_key_fails_naming_it():
   with config.unlocked():
     config.lerning_rate = 0.1
     config.foo = 1
-  with pytest.raises(run_config.ConfigError, match=r"unknown config key\(s\) config.foo, config.lerning_rate; "
+  with pytest.raises(ConfigError, match=r"unknown config key\(s\) config.foo, config.lerning_rate; "
                      r"allowed: .*\['adam_b1', .*'corpus_dir', .*'learning_rate', .*'tokens_per_device'"):
-    run_config.validate(config, num_devices=1)
+    validate(config, num_devices=1)
 
 
 def test_the_allowed_keys_are_base_py_s_and_those_the_data_sets_read():
   copy_keys = data.REGISTRY["copy"].keys
-  assert set(base.get_config()) == set(run_config.ENGINE_KEYS) | set(copy_keys)
-  assert not set(run_config.ENGINE_KEYS) & set(copy_keys)
+  assert set(base.get_config()) == set(rpr_config.ENGINE_KEYS) | set(copy_keys)
+  assert not set(rpr_config.ENGINE_KEYS) & set(copy_keys)
   from rpr.data import wmt  # TFDS
   # The light registry lists wmt's keys (importing rpr.data.wmt imports TFDS): WmtTask's own, and two of its own.
   extra = {"tokens_per_device", "cache_dir"}
-  assert set(data.REGISTRY["wmt14"].keys) - extra == set(wmt.CONFIG_KEYS) - set(run_config.ENGINE_KEYS)
+  assert set(data.REGISTRY["wmt14"].keys) - extra == set(wmt.CONFIG_KEYS) - set(rpr_config.ENGINE_KEYS)
 
 
 # Every config file with the variants its docstring documents; a new file must be added here.
@@ -169,4 +186,51 @@ def test_every_config_file_and_variant_validates():
     module = importlib.import_module(f"configs.{name}")
     for variant in variants:
       config = module.get_config() if variant is None else module.get_config(variant)
-      run_config.validate(config, num_devices=1)
+      validate(config, num_devices=1)
+
+
+def test_a_huge_vocabulary_is_refused_naming_the_data_set_key():
+  from configs import lm
+
+  with pytest.raises(ConfigError, match=r"config.vocab_size = 1000000000 is not allowed; allowed: an int >= 3 and "
+                     r"<= 1048576 or None \(None: the data set's default\)"):
+    config = lm.get_config("tiny")
+    config.vocab_size = 10 ** 9
+    validate(config)
+
+
+def test_each_data_set_reads_its_own_typed_section():
+  from configs import lm, translation
+  from rpr.data import sections
+
+  assert {n: e.section for n, e in data.REGISTRY.items()} == {
+      "copy": sections.Synthetic, "reverse": sections.Synthetic, "arithmetic": sections.Arithmetic,
+      "wmt14": sections.Wmt14, "bible_fr_en": sections.Bible, "sotu": sections.Sotu}
+  bible = parse(translation.get_config()).data
+  assert isinstance(bible.own, sections.Bible) and bible.max_length == 160 and bible.get("tokens_per_batch") == 1024
+  assert bible.get("min_length") is None  # copy's key, set aside for this data set
+  sotu = parse(lm.get_config()).data
+  assert sotu.lm_context_length == 256 and sotu.batch_size == 8
+  with pytest.raises(ConfigError, match=r"config.batch_size = None is not allowed; allowed: an int >= 1 \(data set "
+                     r"'copy' batches rows\)"):
+    validate(tiny_config(batch_size=None))
+
+
+def test_validation_runs_once_per_run(tmp_path, monkeypatch):
+  # run.py's and the sweep runner's parse, then train_and_evaluate: the tree is checked once, the model with it.
+  from rpr import model as model_lib
+  from tests.test_train import FAST
+
+  calls = {"run": 0, "model": 0}
+  run_validate, model_validate = rpr_config.validate, model_lib.ModelConfig.validate
+
+  def counted(name, fn):
+    def wrapper(*args):
+      calls[name] += 1
+      return fn(*args)
+    return wrapper
+
+  monkeypatch.setattr(rpr_config, "validate", counted("run", run_validate))
+  monkeypatch.setattr(model_lib.ModelConfig, "validate", counted("model", model_validate))
+  out = train_run(tiny_config(**dict(FAST, num_train_steps=2)), str(tmp_path))
+  assert out["step"] == 2 and calls == {"run": 1, "model": 1}

@@ -1,0 +1,99 @@
+"""What a run needs before step 1, built in one place from its typed config: the task, the model, the optimizer,
+the restored (or initialised) state, the compiled steps and decoders, and the records it continues.
+
+Each piece is made from the section of :class:`rpr.config.RunConfig` that
+describes it: the task from :class:`~rpr.config.Data`, the model from
+:class:`~rpr.model.ModelConfig`, the optimizer from :class:`~rpr.config.Optim`,
+the checkpoints and the loop's schedule from :class:`~rpr.config.Budget`, the
+decoders from :class:`~rpr.config.Eval`. :class:`Run` hands the loop
+(:mod:`rpr.loop`) the pieces, not the config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any, Callable, Optional
+
+import jax
+from absl import logging
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from rpr import checkpoint
+from rpr import data
+from rpr import optim
+from rpr import plateau
+from rpr import predict as predict_lib
+from rpr import record
+from rpr import records
+from rpr.config import Budget, ConfigError, Eval, RunConfig
+from rpr.model import ModelConfig, build
+from rpr.steps import TrainState, eval_step, init_state, train_step
+
+
+@dataclasses.dataclass
+class Run:
+  """What the loop needs, built before step 1: the task, the model, the restored state, the compiled steps."""
+  workdir: str
+  budget: Budget  # how long to train, how often to log, evaluate and save; the plateau rule
+  eval: Eval  # the splits each evaluation scores
+  rule: Optional[plateau.Rule]  # the plateau rule (None: train to num_train_steps)
+  mesh: Mesh
+  task: Any
+  model_config: ModelConfig
+  state: TrainState
+  ckpt: checkpoint.Checkpoints
+  step_fn: Callable
+  eval_fn: Callable
+  predict_fn: Callable  # decodes eval_splits
+  final_predict_fn: Callable  # decodes final_eval_splits (eval.final_decode_method)
+  abstract_state: Any  # TrainState of jax.ShapeDtypeStructs with their shardings (restores)
+  records: list  # metrics.jsonl up to the restored step, then what this run writes (process 0; [] elsewhere)
+
+
+def prepare(config: RunConfig, workdir: str, mesh: Mesh, restore_unverified: bool = False) -> Run:
+  """Builds the task and model, restores the newest checkpoint that restores (or initialises), writes
+  ``config.json`` after the restore (a workdir that does not restore stays as it was)."""
+  task = data.get_task_once(config.data, workdir, mesh.size)
+  model_config = config.model.replace(vocab_size=task.vocab.size)
+  if (model_config.num_encoder_layers == 0) != getattr(task, "is_lm", False):
+    raise ConfigError(
+        f"config.model.num_encoder_layers = {model_config.num_encoder_layers} does not fit data set "
+        f"{config.data.dataset!r}: a decoder-only model (0 encoder layers) needs a language-model data set and "
+        "an encoder-decoder model (>= 1) a data set with inputs")
+  os.makedirs(workdir, exist_ok=True)
+  model, eval_model = build(model_config), build(model_config.replace(deterministic=True))
+  tx, schedule = optim.make_optimizer(config.optim, model_config.d_model, config.budget.num_train_steps)
+  replicated, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+  first = task.train_batch(0, slice(0, 1))  # its lengths
+  init_fn = functools.partial(init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
+                              target_length=first["targets"].shape[1])
+  rng = jax.random.PRNGKey(config.data.seed)
+  ckpt = checkpoint.Checkpoints(os.path.join(workdir, "checkpoints"), every=config.budget.checkpoint_every_steps,
+                                keep=config.budget.keep_checkpoints, allow_unverified=restore_unverified)
+  abstract = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated),
+                                    jax.eval_shape(init_fn, rng))
+  if ckpt.latest_step() is not None:
+    state = ckpt.restore(abstract)  # the newest that restores; CheckpointError if none does
+    logging.info("Resumed from the checkpoint of step %d in %s.", int(state.step), workdir)
+  else:
+    state = jax.jit(init_fn, out_shardings=replicated)(rng)
+    n = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+    logging.info("Initialised %s parameters on %d device(s).", f"{n:,}", mesh.size)
+  record.write(workdir, config, model_config)
+  smoothing = config.optim.label_smoothing
+  step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx, schedule=schedule, label_smoothing=smoothing),
+                    in_shardings=(replicated, batch_sharding), out_shardings=(replicated, replicated),
+                    donate_argnums=0)
+  eval_fn = jax.jit(functools.partial(eval_step, model=eval_model, label_smoothing=smoothing),
+                    in_shardings=(replicated, batch_sharding), out_shardings=replicated)
+  predict_fn = predict_lib.make_predict_fn(config.eval, model_config, batch_sharding, replicated)
+  final_method = config.eval.final_decode_method or config.eval.decode_method
+  final_predict_fn = (predict_fn if final_method == config.eval.decode_method else
+                      predict_lib.make_predict_fn(config.eval, model_config, batch_sharding, replicated,
+                                                  method=final_method))
+  kept = records.continued(os.path.join(workdir, "metrics.jsonl"), int(state.step))
+  rule = plateau.Rule.from_config(config.budget)
+  return Run(workdir, config.budget, config.eval, rule, mesh, task, model_config, state, ckpt, step_fn, eval_fn,
+             predict_fn, final_predict_fn, abstract, kept)
