@@ -43,10 +43,10 @@ from absl import logging
 from experiments import sweeps
 from rpr import records as records_lib
 from rpr import workdir as workdir_lib
+from rpr.stop import STOPPED
 
 FLAGS = flags.FLAGS
 SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false"
-STOPPED = 3  # exit status of a sweep a signal stopped (resumable)
 
 
 def load_config(run: sweeps.Run, root: str):
