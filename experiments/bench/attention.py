@@ -65,7 +65,7 @@ DESCRIPTIONS = {
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """The benchmark's knobs (``python -m experiments.bench_attention``'s flags)."""
+  """The benchmark's knobs (``python -m experiments bench attention``'s flags)."""
   quick: bool = knob(False, "smoke run: tiny shapes, two lengths, two rounds (QUICK)")
   lengths: tuple[int, ...] = knob((128, 256, 512, 1024, 2048, 4096), "sequence lengths (self-attention)")
   batch: int = knob(8, "rows per call")
@@ -242,13 +242,13 @@ def child_rss(name: str, implementation: str, length: int, batch: int, s: Settin
 
 
 def rss_check(configs, length: int, batch: int, s: Settings) -> dict:
-  """Per configuration, :func:`child_rss` in a fresh ``python -m experiments.bench_attention --rss_child`` process."""
+  """Per configuration, :func:`child_rss` in a fresh ``python -m experiments bench attention --rss_child`` process."""
   out = {}
   shape = [f"--heads={s.heads}", f"--head_dim={s.head_dim}", f"--max_distance={s.max_distance}",
            f"--block_q={s.block_q}", f"--block_k={s.block_k}"]
   for config in configs:
-    cmd = [sys.executable, "-m", "experiments.bench_attention", f"--rss_child={config[0]},{config[3]},{length},{batch}",
-           *shape]
+    cmd = [sys.executable, "-m", "experiments", "bench", "attention",
+           f"--rss_child={config[0]},{config[3]},{length},{batch}", *shape]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=machine.ROOT)
     try:
       out[label(config)] = json.loads(proc.stdout.strip().splitlines()[-1])

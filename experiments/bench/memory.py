@@ -35,7 +35,7 @@ TARGET_RATIO = 2.3  # chunked peak(2L) / peak(L)
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """The benchmark's knobs (``python -m experiments.bench_memory``'s flags)."""
+  """The benchmark's knobs (``python -m experiments bench memory``'s flags)."""
   lengths: tuple[int, ...] = knob((4096, 8192), "source = target lengths")
   positions: tuple[str, ...] = knob(("shaw",), "position schemes, e.g. shaw,t5,none")
   implementations: tuple[str, ...] = knob(IMPLEMENTATIONS, "attention implementations (dense, chunked)")

@@ -1,0 +1,122 @@
+"""The one seam between experiments/ and the rpr engine: every call into its config handling, training loop, data
+sets and model building goes through here.
+
+``rpr.run_config`` (an untyped ``ConfigDict`` read everywhere) is being replaced by a typed config; when it is, this
+module is the one file of experiments/ that changes. Engine modules that are no part of that change (records,
+plateau rule, workdir lock, stop signals, allocator) are imported where they are used. JAX is imported only by the
+functions that need it, so reading records and printing a sweep stay light.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+from typing import Any, Mapping, Optional
+
+from rpr import records as _records
+from rpr import run_config as _run_config
+
+PLATEAU_KEYS = _run_config.PLATEAU_KEYS  # the plateau rule's keys: how long a cell trains, not what it trains
+ConfigError = _run_config.ConfigError
+dedupe, end_step, plateau_step = _records.dedupe, _records.end_step, _records.plateau_step
+
+
+def load_config(config: str, variant: str = "", settings: Mapping[str, Any] = ()):
+  """``get_config(variant)`` of ``configs/<file>.py``, locked (an unknown key fails), with ``settings`` set by
+  dotted key (``model.shaw.use_values``), as run.py's ``--config=<file>:<variant> --config.<key>=<value>`` does."""
+  module = importlib.import_module("configs." + pathlib.Path(config).stem)
+  out = module.get_config(variant)
+  out.lock()
+  for key, value in dict(settings).items():
+    *parents, leaf = key.split(".")
+    node = out
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  return out
+
+
+def validate(config, workdir: Optional[str] = None, num_devices: Optional[int] = None) -> None:
+  """The engine's check of ``config`` (and of ``workdir``'s history), against this process's devices by default."""
+  if num_devices is None:
+    import jax
+
+    num_devices = jax.device_count()
+  _run_config.validate(config, num_devices=num_devices, workdir=workdir, quiet=True)
+
+
+def train(config, workdir: str) -> dict:
+  """One training run (``rpr.train.train_and_evaluate``): resumes from ``workdir``'s checkpoint; its final metrics
+  (``stopped_by_signal`` set when a signal stopped it)."""
+  from rpr import train as train_lib  # JAX: only when something trains
+
+  return train_lib.train_and_evaluate(config, workdir)
+
+
+def evaluated_splits(config) -> tuple[str, ...]:
+  """The splits a run of ``config`` evaluates at its last step."""
+  return _run_config.evaluated_splits(config)
+
+
+def prepare_data(configs) -> int:
+  """Makes the files ``configs`` share (generated data, vocabulary) once per data set config; how many distinct
+  data configs had files to make or check."""
+  from rpr import data
+
+  seen = set()
+  for config in configs:
+    name = config.get("dataset")
+    key = (name, *(repr(config.get(k)) for k in data.entry(name).keys))
+    if key not in seen:
+      seen.add(key)
+      data.prepare(config)
+  return sum(data.entry(k[0]).prepare is not None for k in seen)
+
+
+def recorded_config(raw: dict) -> dict:
+  """A workdir's ``config.json`` as the current engine reads it: migrated, and every engine key it lacks set to
+  its default (a record written before a key existed ran as its default does)."""
+  from configs import base
+
+  defaults = base.get_config().to_dict()
+  config = _run_config.migrate(raw)
+  return {**{k: defaults[k] for k in _run_config.ENGINE_KEYS if k in defaults and k not in config}, **config}
+
+
+def migrate(raw: dict) -> dict:
+  return _run_config.migrate(raw)
+
+
+def model(config, vocab_size: int, deterministic: bool = True):
+  """The ``rpr.model.Transformer`` a run config builds for ``vocab_size`` tokens."""
+  from rpr.model import Transformer
+
+  return Transformer(_run_config.model_config(config, vocab_size).replace(deterministic=deterministic))
+
+
+def task_and_model(config, data_dir: str, num_devices: int):
+  """``(task, model_config, model, (tx, schedule))`` of a run config, built as ``rpr.train`` builds them."""
+  from rpr import data, optim
+  from rpr.model import build
+
+  _run_config.validate(config, num_devices=num_devices)
+  task = data.get_task(config, data_dir, num_devices)
+  model_config = _run_config.model_config(config, task.vocab.size)
+  return task, model_config, build(model_config), optim.make_optimizer(config, model_config.d_model)
+
+
+def load_params(workdir: str):
+  """The parameters of the newest checkpoint in ``workdir/checkpoints``.
+
+  Raises:
+    FileNotFoundError: if there is no checkpoint.
+  """
+  import os
+
+  import orbax.checkpoint as ocp
+
+  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+  steps = [int(s) for s in os.listdir(directory) if s.isdigit()]
+  if not steps:
+    raise FileNotFoundError(f"no checkpoint in {directory}")
+  return ocp.StandardCheckpointer().restore(os.path.join(directory, str(max(steps)), "default"))["params"]
