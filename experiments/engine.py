@@ -105,6 +105,42 @@ def task_and_model(config, data_dir: str, num_devices: int):
   return task, model_config, build(model_config), optim.make_optimizer(config, model_config.d_model)
 
 
+def model_config(**fields):
+  """A validated ``rpr.model.ModelConfig`` of ``fields`` (a model built without a run config: the benchmarks)."""
+  from rpr import model as model_lib
+
+  return model_lib.ModelConfig(**fields).validate()
+
+
+def preset_model(name: str, **overrides):
+  """``(model config, Transformer)`` of the named model preset (``base``, ``big``, ``tiny``) with ``overrides``."""
+  from rpr import model as model_lib
+
+  config = model_lib.preset(name, **overrides)
+  return config, model_lib.Transformer(config)
+
+
+def build(model_config):
+  """The model ``rpr.model.build`` makes of a ``ModelConfig``."""
+  from rpr import model as model_lib
+
+  return model_lib.build(model_config)
+
+
+def init_state(*args, **kwargs):
+  """``rpr.steps.init_state``: a model's parameters and optimizer state."""
+  from rpr import steps
+
+  return steps.init_state(*args, **kwargs)
+
+
+def train_step(*args, **kwargs):
+  """``rpr.steps.train_step``: one optimizer step on a batch, as training runs it."""
+  from rpr import steps
+
+  return steps.train_step(*args, **kwargs)
+
+
 def load_params(workdir: str):
   """The parameters of the newest checkpoint in ``workdir/checkpoints``.
 

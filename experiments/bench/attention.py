@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import engine
 from experiments import machine
 from experiments.settings import knob
 from rpr import attention as attn
@@ -271,21 +272,17 @@ def model_step(s: Settings) -> dict:
   try:
     import optax
 
-    from rpr import model as model_lib
-    from rpr import train as train_lib
-
     rng = np.random.default_rng(0)
     batch = {"inputs": jnp.asarray(rng.integers(3, 1000, (s.model_batch, s.model_length)), jnp.int32),
              "targets": jnp.asarray(rng.integers(3, 1000, (s.model_batch, s.model_length)), jnp.int32)}
     steps, out = {}, {"batch": s.model_batch, "length": s.model_length, "preset": s.model_preset,
                       "implementation": s.model_implementation}
     for position in ("sinusoidal", "shaw"):
-      config = model_lib.preset(s.model_preset, position=position, max_length=max(256, s.model_length),
-                                attention_implementation=s.model_implementation)
-      model = model_lib.Transformer(config)
+      _, model = engine.preset_model(s.model_preset, position=position, max_length=max(256, s.model_length),
+                                     attention_implementation=s.model_implementation)
       tx = optax.adam(1e-4)
-      state = train_lib.init_state(jax.random.PRNGKey(0), model, tx, s.model_length, s.model_length)
-      step = jax.jit(lambda st, b, model=model, tx=tx: train_lib.train_step(
+      state = engine.init_state(jax.random.PRNGKey(0), model, tx, s.model_length, s.model_length)
+      step = jax.jit(lambda st, b, model=model, tx=tx: engine.train_step(
           st, b, model=model, tx=tx, schedule=lambda i: 1e-4, label_smoothing=0.1))
       compiled = step.lower(state, batch).compile()
       out[f"{position}_memory"] = machine.peak_bytes(compiled)

@@ -95,7 +95,6 @@ def measure(case: Case, steps: int) -> dict:
 
   from experiments import engine
   from rpr.sharding import host_batch, make_mesh
-  from rpr.steps import init_state, train_step
 
   config = load(case)
   mesh = make_mesh()
@@ -103,11 +102,11 @@ def measure(case: Case, steps: int) -> dict:
       config, tempfile.mkdtemp(prefix="bench_step_"), mesh.size)
   replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
   first = task.train_batch(0, slice(0, 1))
-  init_fn = functools.partial(init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
+  init_fn = functools.partial(engine.init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
                               target_length=first["targets"].shape[1])
   init = jax.jit(init_fn, out_shardings=replicated)
   state = init(jax.random.PRNGKey(config.seed))
-  step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx, schedule=schedule,
+  step_fn = jax.jit(functools.partial(engine.train_step, model=model, tx=tx, schedule=schedule,
                                       label_smoothing=config.label_smoothing),
                     in_shardings=(replicated, rows), out_shardings=(replicated, replicated), donate_argnums=0)
   batches = [host_batch(task, s, mesh) for s in range(steps)]
