@@ -191,7 +191,7 @@ def train_and_evaluate(config, workdir: str, allow_config_change=(), restore_unv
   with stop.handle_signals(), (workdir_lib.lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()):
     run = _prepare(config, workdir, allow_config_change, restore_unverified, trust_checkpoints)
     first = int(run.state.step)
-    # This process's span, committed with the records (experiments.compute): after each save, and at its end,
+    # This process's span, committed with the records (processes.jsonl): after each save, and at its end,
     # up to the newest step it saved or recorded (a stop by signal saves a step that may have no record).
     reached = [first]
     span = lambda last, running: (workdir_lib.record_process(workdir, t0, (first, last), running, environment)
