@@ -370,3 +370,10 @@ def _without_flag(argv: list[str], name: str) -> list[str]:
     elif not (a.startswith("-") and a.lstrip("-").split("=", 1)[0] == name):
       out.append(a)
   return out
+
+
+if __name__ == "__main__":  # the pilots' old command, python -m experiments.sweep ...: the app's sweep verb
+  sys.argv.insert(1, "sweep")
+  from experiments.__main__ import main as app_main
+
+  app_main()
