@@ -62,4 +62,5 @@ def test_the_old_sweep_command_is_the_sweep_verb():
   assert proc.returncode == 0, proc.stderr[-2000:]
   new = _run("sweep", "translation_pilot", "--print", "--root", "experiments/results")
   assert proc.stdout == new.stdout
-  assert "--workdir=experiments/results/pilot/translation/shaw,steps=4000/seed0" in new.stdout
+  workdir = "/".join(["experiments", "results", "pilot", "translation", "shaw,steps=4000", "seed0"])
+  assert f"--workdir={workdir}" in new.stdout
