@@ -48,6 +48,8 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from rpr.stop import STOPPED  # noqa: E402  (exit status 3: stopped by a signal, resumable)
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(_HERE, "configs", "arithmetic.py") + ":quick",
@@ -55,7 +57,6 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string("workdir", os.path.join(_HERE, "workdirs", "default"),
                                "Directory of the run: config, metrics, TensorBoard events, checkpoints.")
 QUICK_SCHEMES = ("sinusoidal", "none")  # one scheme that sees the order, one that cannot
-STOPPED = 3  # exit status of a run a signal stopped (checkpoint saved; the same command resumes)
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first (one process per host).")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "--multihost: host:port of process 0; None: "
                                    "detected from the cluster (TPU VM, SLURM, ...).")

@@ -80,7 +80,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.average_last = 1
   c.log_every_steps = 100  # progress log and train/* metrics every this many steps
   # Also write TensorBoard events (with the config as HParams) beside metrics.jsonl. They need TensorFlow,
-  # which takes seconds to import; False: metrics.jsonl only (experiments/hparams_view.py rebuilds events).
+  # which takes seconds to import; False: metrics.jsonl only.
   c.tensorboard = True
   c.checkpoint_every_steps = 500  # checkpoint every this many steps (and at the end and on SIGTERM)
   c.keep_checkpoints = 3  # keep the newest this many checkpoints

@@ -17,8 +17,8 @@ default 8), ``directional=0|1`` (ALiBi with a halved slope to the right, pe=alib
 
 Every scheme, 3 seeds, then the report (accuracy against length)::
 
-  .venv/bin/python -m experiments.sweep length
-  .venv/bin/python -m experiments.report "workdirs/sweeps/length/*/*" --by_length --out experiments/results/length
+  .venv/bin/python -m experiments sweep length
+  .venv/bin/python -m experiments report "workdirs/sweeps/length/*/*" --by_length --out experiments/results/length
 
 Results, with their seeds: experiments/results/length/README.md.
 """
@@ -73,3 +73,24 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.log_every_steps = 5
   base.set_scheme(c, settings, where, variant)
   return c
+
+
+# ----------------------------------------------------------------------------
+# The named sweeps of this config (configs/sweeps.py; run by `python -m experiments sweep <name>`).
+
+
+def get_sweeps() -> dict:
+  from configs.sweeps import run, seeded, sweep
+  from rpr.attention import positions
+
+  here = "configs/length.py"
+  return {
+      "length": sweep(
+          "Length generalisation on reverse: every position scheme, train 1-12 digits, test 1-24, 3 seeds",
+          seeded([run(s, here, f"pe={s}") for s in positions.SCHEMES] + [run("shaw_k4", here, "pe=shaw,k=4")]),
+          dict(by_length=True)),
+      "length_tiny": sweep(
+          "The tiny length config with two schemes and two seeds (seconds; for tests)",
+          seeded((run(s, here, f"tiny,pe={s}") for s in ("shaw", "sinusoidal")), seeds=(0, 1)),
+          dict(by_length=True)),
+  }

@@ -98,3 +98,60 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.num_train_steps = 4
     c.log_every_steps = c.checkpoint_every_steps = 4
   return c
+
+
+# ----------------------------------------------------------------------------
+# The named sweeps of this config (configs/sweeps.py; run by `python -m experiments sweep <name>`). Seed-major, so
+# a partial sweep already covers every cell once.
+
+# Test perplexity in windows of 1x, 2x, 4x and 8x the training context: columns, and one curve per group.
+TEST_WINDOWS = ("test/perplexity", "test_x2/perplexity", "test_x4/perplexity", "test_x8/perplexity")
+CURVE_STEPS = 8_000  # learning curves at 4x the 2,000-step budget
+# The LM pilot's model sizes (experiments/results/protocol.md).
+PILOT_SIZES = {"L2d128": (), "L4d128": (("model.num_decoder_layers", 4),),
+               "L2d256": (("model.d_model", 256), ("model.num_heads", 8), ("model.d_ff", 1024))}
+
+
+def get_sweeps() -> dict:
+  from configs.sweeps import run, seeded, sweep, table3_cells
+  from rpr.attention import positions
+
+  here = "configs/lm.py"
+  report = dict(metric="test/perplexity", also=("validation/perplexity", *TEST_WINDOWS[1:]), curve=TEST_WINDOWS)
+  final = (("eval_splits", ("validation",)), ("final_eval_splits", tuple(m.split("/")[0] for m in TEST_WINDOWS)))
+  # The cosine schedule ends at num_train_steps, so a longer run is a new run: validation perplexity every 500
+  # steps as the curve, the test windows once at the end.
+  curve = (("num_train_steps", CURVE_STEPS), ("eval_every_steps", 500), *final, ("checkpoint_every_steps", 500),
+           ("keep_checkpoints", 2))
+
+  def budget(steps: int):
+    return (("num_train_steps", steps), ("eval_every_steps", steps // 16), ("checkpoint_every_steps", steps // 16),
+            ("keep_checkpoints", 1)) + final
+
+  return {
+      "lm_clipping": sweep(
+          "Shaw's clipping distance on real text: LM perplexity for k in 0 1 2 4 8 16 64 256, 3 seeds",
+          seeded((run(f"k={k}", here, f"pe=shaw,k={k}") for k in (0, 1, 2, 4, 8, 16, 64, 256)), seed_major=True),
+          {**report, "x": "max_distance"}, "lm/clipping"),
+      "lm_length": sweep(  # Shaw's row is lm_clipping's k = 16 run (this config's default k)
+          "Train short, test long: every position scheme's LM perplexity at 1x, 2x, 4x, 8x its context",
+          seeded((run(s, here, f"pe={s}", same_as="lm_clipping/k=16" if s == "shaw" else "")
+                  for s in positions.SCHEMES), seed_major=True), report, "lm/length"),
+      "lm_table3": sweep(
+          "Table 3 on real text: LM perplexity with a^V and a^K on/off (k = 16)",
+          seeded(table3_cells(here, both_on="lm_clipping/k=16"), seed_major=True), {**report, "paper": "table3"},
+          "lm/table3"),
+      "lm_curves": sweep(
+          f"LM learning curves to {CURVE_STEPS:,} steps (4x): Shaw's k in 2 8 16 64 256, RoPE, ALiBi, sinusoidal, "
+          "3 seeds",
+          seeded([run(f"k={k}", here, f"pe=shaw,k={k}", curve) for k in (2, 8, 16, 64, 256)]
+                 + [run(s, here, f"pe={s}", curve) for s in ("rope", "alibi", "sinusoidal")], seed_major=True),
+          {**report, "steps": ("validation/perplexity",)}, "lm/curves", shorter=("lm_clipping", "lm_length")),
+      # The model size that puts Shaw (k = 16) clearly ahead of the Kneser-Ney 6-gram (seed 0 of each size at
+      # 8,000 steps), then that size's budget. The cosine schedule ends by itself.
+      "lm_pilot": sweep(
+          "Protocol pilot: LM model sizes (seed 0, 8,000 steps), then the budget of the chosen size",
+          (run(f"shaw,{size},steps=8000", here, "pe=shaw,k=16", PILOT_SIZES[size] + budget(8_000))
+           for size in ("L4d128", "L2d256")),
+          {**report, "steps": ("validation/perplexity",)}, "pilot/lm"),
+  }

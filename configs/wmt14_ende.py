@@ -25,17 +25,17 @@ Variants: comma-separated words after the file name.
   (``mock_examples = 64``: offline, never a download of WMT; about a
   minute); composes with the rest.
 
-Every cell (``CELLS`` below: its table, variant, evaluated split and the
-paper's BLEU, EN-DE, from ``TABLE1``-``TABLE3``) runs as::
+Every cell (``CELLS`` below: its table, variant and evaluated split; the
+paper's BLEU, EN-DE, is in experiments/paper.py) runs as::
 
   .venv/bin/python run.py --config=configs/wmt14_ende.py:<variant> --workdir=workdirs/wmt14/<name>
 
 with ``<name>`` the variant's words joined by ``_`` (``table2,k=4`` ->
-``table2_k4``; ``Cell.command``); ``python -m experiments.sweep wmt_table1
+``table2_k4``; ``Cell.command``); ``python -m experiments sweep wmt_table1
 --print`` prints a table's commands.
 
 The metric is ``<split>/bleu`` at the last step in ``<workdir>/metrics.jsonl``;
-``python -m experiments.sweep wmt_table1`` (``wmt_table2``, ``wmt_table3``)
+``python -m experiments sweep wmt_table1`` (``wmt_table2``, ``wmt_table3``)
 runs or prints a whole table and ``experiments/report.py`` tabulates it beside
 these numbers. Not run here (a base cell is 100k steps on 8 accelerators).
 
@@ -65,7 +65,6 @@ class Cell:
   table: int  # Shaw et al.'s table
   variant: str  # the config variant of this file
   split: str  # evaluation split whose BLEU the table reports
-  paper: float  # the paper's BLEU (EN-DE)
 
   @property
   def workdir(self) -> str:
@@ -86,21 +85,13 @@ class Cell:
             f"--workdir={self.workdir}")
 
 
-# Shaw et al. (2018), Tables 1-3: BLEU on WMT14 EN-DE (arXiv 1803.02155), the project's one copy of them
-# (experiments/paper.py reads them from here). Table 1: (model preset, position information) -> newstest2014.
-TABLE1 = {("base", "absolute"): 26.5, ("base", "relative"): 26.8,
-          ("big", "absolute"): 27.9, ("big", "relative"): 29.2}
-# Table 2: clipping distance k -> newstest2013 (base, no absolute encodings).
-TABLE2 = {0: 12.5, 1: 25.5, 2: 25.8, 4: 25.9, 16: 25.8, 64: 25.9, 256: 25.8}
-# Table 3: (a^V used, a^K used) -> newstest2013 (base, k = 16).
-TABLE3 = {(True, True): 25.8, (False, True): 25.8, (True, False): 25.3, (False, False): 12.5}
-BASE_K = 16  # Shaw's base model clips at k = 16 (Table 3's setting)
-
+# Shaw et al.'s cells of Tables 1-3 (their published BLEU: experiments/paper.py, the project's one copy).
 _ON_OFF = {True: "on", False: "off"}
 CELLS = (
-    *(Cell(1, f"table1,model={size},pe={pe}", "test", bleu) for (size, pe), bleu in TABLE1.items()),
-    *(Cell(2, f"table2,k={k}", "validation", bleu) for k, bleu in TABLE2.items()),
-    *(Cell(3, f"table3,av={_ON_OFF[av]},ak={_ON_OFF[ak]}", "validation", bleu) for (av, ak), bleu in TABLE3.items()),
+    *(Cell(1, f"table1,model={size},pe={pe}", "test") for size in ("base", "big") for pe in ("absolute", "relative")),
+    *(Cell(2, f"table2,k={k}", "validation") for k in (0, 1, 2, 4, 16, 64, 256)),
+    *(Cell(3, f"table3,av={_ON_OFF[av]},ak={_ON_OFF[ak]}", "validation")
+      for av, ak in ((True, True), (False, True), (True, False), (False, False))),
 )
 
 _SWITCH = {"on": True, "off": False}
@@ -227,3 +218,24 @@ def _tiny(c: ml_collections.ConfigDict, settings: dict) -> None:
   c.log_every_steps = 2
   c.checkpoint_every_steps = 2
   c.average_last = c.keep_checkpoints = 2  # the final evaluation also scores the mean of steps 2 and 4
+
+
+# ----------------------------------------------------------------------------
+# The named sweeps of this config (configs/sweeps.py; run by `python -m experiments sweep <name>`): the paper's
+# cells, one seed each; all share one vocabulary and tokenised training set in <root>/wmt14_cache.
+
+
+def get_sweeps() -> dict:
+  from configs.sweeps import run, sweep
+
+  def name(variant: str) -> str:  # "table2,k=4" -> "k=4"; "table1,model=big,pe=relative" -> "big,relative"
+    words = [w for w in variant.split(",") if not w.startswith("table")]
+    return ",".join(w.split("=", 1)[1] if w.startswith(("model=", "pe=")) else w for w in words)
+
+  return {f"wmt_table{table}": sweep(
+      f"Table {table} on WMT14 EN-DE (Shaw's setup; accelerators needed), one seed",
+      (run(name(c.variant), "configs/wmt14_ende.py", c.variant, (("cache_dir", "{root}/wmt14_cache"),))
+       for c in CELLS if c.table == table),
+      dict(metric=metric, x=x, paper=f"table{table}"))
+      for table, metric, x in ((1, "test/bleu", None), (2, "validation/bleu", "max_distance"),
+                               (3, "validation/bleu", None))}

@@ -18,9 +18,10 @@ registers with ``experiments.columns``:
   "21+211" and "12+1" for the lowest-seed run of each group, and how far the
   rows of the two "1"s of "12+1" differ (exactly 0 without position information).
 
-Run the sweeps with ``python -m experiments.sweep arithmetic`` (or
-``arithmetic_full``); the command of their report is the sweep's
-(``experiments/sweeps.py``).
+The attention maps (:func:`encoder_attention`, :func:`row_difference`,
+:func:`plot`) are every layer and head of a trained run's encoder, as in
+seed 002. Run the sweeps with ``python -m experiments sweep arithmetic`` (or
+``arithmetic_full``); the command of their report is the sweep's.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ import os
 import re
 from typing import Optional, Sequence
 
+import numpy as np
+
 from experiments import columns
+from experiments import engine
 from experiments import render
 from experiments import runs as runs_lib
 
@@ -186,17 +190,15 @@ def attention_section(report: columns.Report) -> list[str]:
   """Per group the attention figure of its lowest-seed run and the "12+1" row difference (recorded in runs.json)."""
   import ml_collections
 
-  from experiments import attention_maps
-
   rows = []
   for g in report.groups:
     first = min(g.run_values(), key=lambda run: run["seed"])
     config = ml_collections.ConfigDict(next(r.raw_config for r in g.runs if r.workdir == first["workdir"]))
-    params = runs_lib.load_params(first["workdir"])
-    maps = {t: attention_maps.encoder_attention(config, params, t) for t in TEXTS}
-    diff = attention_maps.row_difference(maps["12+1"], *ONES)
+    params = engine.load_params(first["workdir"])
+    maps = {t: encoder_attention(config, params, t) for t in TEXTS}
+    diff = row_difference(maps["12+1"], *ONES)
     figure = "attention_" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", g.label) + ".png"
-    attention_maps.plot(maps, f"{g.label}, seed {first['seed']}: encoder self-attention\n"
+    plot(maps, f"{g.label}, seed {first['seed']}: encoder self-attention\n"
                         f'"12+1": rows 0 and 3 (the two "1"s) differ by at most {diff:.3g}',
                         os.path.join(report.out, figure))
     g.record["row_difference_12+1"] = diff
@@ -208,3 +210,50 @@ def attention_section(report: columns.Report) -> list[str]:
           "information it is exactly zero: equal characters get equal states.", "",
           render.markdown_table(['variant', 'seed', 'max abs row difference, "12+1" rows 0 and 3', 'figure'], rows),
           ""]
+
+
+# Attention maps: every layer and head of the encoder, for a given input. Without position information the encoder
+# is permutation-equivariant, so two equal characters get equal states and exactly equal rows in every layer and head.
+
+
+def encoder_attention(config, params, text: str) -> np.ndarray:
+  """Encoder self-attention weights ``[layers, heads, len(text), len(text)]`` for one input."""
+  import jax.numpy as jnp
+
+  from rpr.data import arithmetic as data
+  from rpr.data.task import CharVocab
+
+  vocab = CharVocab(data.VOCAB_CHARS)
+  model = engine.model(config, vocab.size)
+  length = data.config_by_name(config.arithmetic_config).max_input_length
+  ids = np.zeros((1, max(length, len(text))), np.int32)  # right-padded with PAD (masked), as in training
+  ids[0, :len(text)] = vocab.encode(text)
+  _, state = model.apply({"params": params}, jnp.asarray(ids), method=type(model).encode, mutable=["intermediates"])
+  enc = state["intermediates"]["encoder"]
+  layers = sorted((k for k in enc if k.startswith("layer_")), key=lambda k: int(k.split("_")[1]))
+  weights = [np.asarray(enc[k]["self_attention"]["attention_weights"][0])[0] for k in layers]  # [h, q, k]
+  return np.stack(weights)[:, :, :len(text), :len(text)]
+
+
+def row_difference(weights: np.ndarray, i: int, j: int) -> float:
+  """Max abs difference between query rows ``i`` and ``j`` over every layer and head of ``[l, h, q, k]``."""
+  return float(np.max(np.abs(weights[:, :, i, :] - weights[:, :, j, :])))
+
+
+def plot(maps: dict[str, np.ndarray], title: str, path: str) -> None:
+  """One figure: a row per (input, layer), a column per head; query on y, key on x."""
+  plt = render.pyplot()
+  rows = [(text, layer) for text, w in maps.items() for layer in range(w.shape[0])]
+  heads = next(iter(maps.values())).shape[1]
+  fig, axes = plt.subplots(len(rows), heads, figsize=(2.1 * heads, 2.1 * len(rows)), squeeze=False)
+  for r, (text, layer) in enumerate(rows):
+    for h in range(heads):
+      ax = axes[r, h]
+      ax.imshow(maps[text][layer, h], vmin=0.0, vmax=1.0, cmap="viridis")
+      ax.set_xticks(range(len(text)), list(text))
+      ax.set_yticks(range(len(text)), list(text))
+      ax.tick_params(length=0, labelsize=8)
+      ax.set_title(f'"{text}" layer {layer} head {h}', fontsize=7)
+  fig.suptitle(title, fontsize=9)
+  render.save(fig, path, dpi=90)
+

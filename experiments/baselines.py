@@ -22,7 +22,7 @@ the training addresses, scored on every held-out token in the models'
 windows (1x, 2x, 4x and 8x the training context). Orders 2-6; the order with
 the lowest validation perplexity is the baseline.
 
-    python -m experiments.baselines --out experiments/results/baselines
+    python -m experiments baselines --out experiments/results/baselines
 
 writes ``baselines.json`` and ``README.md`` there.
 """
@@ -41,11 +41,9 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from experiments import columns
+from configs.translation import SHORT as TRANSLATION_SHORT
 from experiments import ngram
-from experiments import noise
 from experiments import render
-from experiments.sweeps import TRANSLATION_SHORT
 from rpr import metrics
 from rpr import tokens
 
@@ -149,47 +147,6 @@ def lower_is_better(metric: str) -> bool:
   return metric.rsplit("/", 1)[-1] in ("perplexity", "loss")
 
 
-ONE_SEED = "one seed, not judged"
-
-
-def against(values: Sequence[float], baseline: float, floor: float | None, lower: bool) -> str:
-  """A group's seeds against a baseline's one number: :func:`experiments.noise.verdict`, or :data:`ONE_SEED` when
-  the group has a single seed (its range between seeds is not measured)."""
-  return ONE_SEED if len(values) < 2 else noise.verdict(values, [baseline], floor, lower)
-
-
-_CAPPED = (" A group marked \"n at the cap\" has n runs that reached their cap without meeting their plateau rule: its "
-           "number is not a converged one.")
-
-
-@columns.section("baselines", order=5, shown=lambda report: bool(of_metric(report.spec.metric)))
-def baselines_section(report: columns.Report) -> list[str]:
-  """The baselines that have the report's metric, and each group held to them with the noise floor: better or
-  worse when every seed is beyond the baseline by more than the floor (by the gap), else not separated."""
-  metric, lines = report.spec.metric, []
-  lower = lower_is_better(metric)
-  for name, value in of_metric(metric).items():
-    verdicts: dict[str, list[str]] = {}
-    for g in report.groups:
-      floor = noise.floor_of(g.config.get("dataset"), metric, g.config.get("num_train_steps"))
-      found = against(g.values, value, None if floor is None else floor[0], lower)
-      kind, _, gap = found.partition(" by ")
-      notes = ([f"by {gap}"] if gap else []) + ([f"{g.capped} at the cap"] if g.capped else [])
-      verdicts.setdefault(kind, []).append(f"{g.label} ({'; '.join(notes)})" if notes else g.label)
-    listed = [f"{title}: {', '.join(verdicts.get(kind, [])) or 'none'}." for kind, title in (
-        ("better", "Better by more than the floor"), ("not separated", "Not separated"),
-        ("worse", "Worse by more than the floor"))]
-    if ONE_SEED in verdicts:
-      listed.append(f"One seed, not judged: {', '.join(verdicts[ONE_SEED])}.")
-    lines.append(f"- Baseline **{name}**: {metric} {value:.2f} (`experiments/results/baselines/`). {' '.join(listed)}")
-  floors = noise.floors_text([g.config.get("dataset") for g in report.groups], metric,
-                             sorted({b for g in report.groups if (b := g.config.get("num_train_steps")) is not None}))
-  capped = _CAPPED if any(g.capped for g in report.groups) else ""
-  return [f"Baselines, each group held to them with the noise floor of {metric}: {floors}. A group is better or "
-          "worse than a baseline when every seed is beyond it by more than the floor (the gap between the baseline "
-          f"and the nearest seed is given); otherwise it is not separated from it.{capped}", "", *lines, ""]
-
-
 def of_metric(metric: str | None) -> dict[str, float]:
   """``{baseline: value}`` of every committed baseline that has ``metric``."""
   if not metric or not os.path.exists(RESULTS):
@@ -245,15 +202,10 @@ def define_flags() -> None:
 def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}; allowed: flags only")
-  data = {"command": " ".join(["python -m experiments.baselines", shlex.join(sys.argv[1:])]).strip(),
+  data = {"command": " ".join(["python -m experiments", shlex.join(sys.argv[1:])]).strip(),
           "date": datetime.datetime.now().isoformat(timespec="seconds")}
   with contextlib.redirect_stdout(sys.stderr):  # TFDS reports generation on stdout
     data["translation"], data["translation_by_book"] = translation(FLAGS.data_dir, FLAGS.corpus_dir)
     data["lm"] = language_model(FLAGS.data_dir, FLAGS.corpus_dir, FLAGS.sotu_vocab_size, FLAGS.lm_context)
   write(data, FLAGS.out)
   print(f"wrote {FLAGS.out}/baselines.json and README.md")
-
-
-if __name__ == "__main__":
-  define_flags()
-  app.run(main)

@@ -28,7 +28,6 @@ import numpy as np
 from experiments import paper
 from experiments import render
 from experiments import runs as runs_lib
-from experiments import spec as spec_lib
 
 
 @dataclasses.dataclass
@@ -42,7 +41,7 @@ class Report:
     out: the output directory (columns may cache files there).
     cache: values a column computes once per report (e.g. bounds).
   """
-  spec: spec_lib.ReportSpec
+  spec: Any  # experiments.report.ReportSpec
   runs: list[runs_lib.RunRecord]
   groups: list[runs_lib.Group]
   out: str

@@ -185,3 +185,47 @@ def length_plot(path: str, curves: Mapping[str, Mapping[int, Mapping[str, float]
   ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
   ax.set_title(title)
   save(fig, path)
+
+
+def learning_curves_plot(path: str, groups: Sequence[tuple[str, Sequence[Mapping[str, tuple[list, list]]]]],
+                         metrics: Sequence[str], references: Mapping[str, Mapping[str, float]]) -> None:
+  """One column per metric, one line per run in its group's style; under it the second half of the longest run's
+  steps, its y range fitted to the runs there, where the cells' differences at the end of training show.
+
+  Args:
+    groups: (label, per run {metric: (steps, values)}).
+    references: per metric, {name: value} drawn as dashed lines (the baselines).
+  """
+  plt = pyplot()
+  fig, axes = plt.subplots(2, len(metrics), figsize=(7.4 * len(metrics), 8.4), squeeze=False)
+  last = max((s for _, runs in groups for run in runs for m in metrics for s in run[m][0]), default=0)
+  for column, metric in enumerate(metrics):
+    whole, zoomed = axes[0][column], axes[1][column]
+    tail = []  # the values of the second half, which the zoomed axis is fitted to
+    for i, (label, runs) in enumerate(groups):
+      for j, run in enumerate(runs):
+        steps, values = run[metric]
+        for ax in (whole, zoomed):
+          ax.plot(steps, values, linewidth=1.2, alpha=0.85, label=label if j == 0 else None, **group_style(i))
+        tail += [v for s, v in zip(steps, values) if s >= last / 2]
+    for k, (name, value) in enumerate(references.get(metric, {}).items()):
+      whole.axhline(value, color="k", linestyle=("--", ":")[k % 2], linewidth=1.0, label=f"{name} ({value:.2f})")
+    if tail:
+      pad = 0.05 * (max(tail) - min(tail)) or 0.05 * abs(max(tail)) or 1.0
+      zoomed.set_xlim(last / 2, last * 1.01)
+      zoomed.set_ylim(min(tail) - pad, max(tail) + pad)
+    zoomed.set_title(f"{metric}, steps {last // 2:,}-{last:,}", fontsize=9)
+    for ax in (whole, zoomed):
+      ax.set_xlabel("training step")
+      ax.set_ylabel(metric)
+      if metric.endswith("perplexity"):
+        ax.set_yscale("log")
+        for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):  # 40, 60, not 4x10^1
+          axis(plt.matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+      ax.grid(alpha=0.3)
+  legend = {}  # the groups once, and every axis's baselines
+  for ax in axes[0]:
+    legend.update((label, handle) for handle, label in zip(*ax.get_legend_handles_labels()))
+  axes[0][-1].legend(legend.values(), legend.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+  fig.suptitle("learning curves: one line per run (below: the second half of the steps)")
+  save(fig, path)

@@ -5,8 +5,7 @@ engine writes them. :func:`load_runs` reads every run a set of globs
 matches; :func:`group_runs` groups them by their config with the seed left
 out; :func:`labels` names each group by the config keys that tell the groups
 apart (``k=4``); :func:`summarise` keeps, per group, each run's last value of
-one metric (:class:`Group`). :func:`load_params` and
-:func:`require_checkpoints` serve the commands that read a run's checkpoint.
+one metric (:class:`Group`).
 """
 
 from __future__ import annotations
@@ -22,10 +21,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from rpr import config as config_lib
-from rpr import record
+from experiments import engine
 from rpr.attention import positions
-from rpr import records as records_lib
 
 IGNORED_KEYS = ("seed",)  # keys that differ between the runs of one group
 SHORT_NAMES = {"position": "pe", "max_distance": "k", "use_keys": "aK", "use_values": "aV",
@@ -48,9 +45,9 @@ class RunRecord:
   def end(self) -> Optional[int]:
     """The run's last step (:func:`rpr.records.end_step`): where its plateau rule stopped it, else
     ``num_train_steps`` (None if the config has neither)."""
-    stopped = records_lib.plateau_step(self.records)
+    stopped = engine.plateau_step(self.records)
     cap = self.config.get("num_train_steps")
-    return stopped if cap is None else records_lib.end_step(self.records, cap)
+    return stopped if cap is None else engine.end_step(self.records, cap)
 
   def last(self, metric: str) -> Optional[tuple[int, float]]:
     """(step, value) of the last record holding ``metric`` as a number; None if none does."""
@@ -97,27 +94,14 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
     with open(config_path, encoding="utf-8") as f:
       raw = json.load(f)["config"]
     with open(metrics_path, encoding="utf-8") as f:
-      records = records_lib.dedupe([json.loads(line) for line in f if line.strip()])
-    runs.append(RunRecord(workdir, flatten(with_engine_defaults(raw)), records, record.migrate(raw)))
+      records = engine.dedupe([json.loads(line) for line in f if line.strip()])
+    runs.append(RunRecord(workdir, flatten(engine.recorded_config(raw)), records, engine.migrate(raw)))
   return runs
 
 
 def natural_key(text: str) -> tuple:
   """A sort key that orders the runs of digits in ``text`` by value: ``k=2 < k=16``."""
   return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part)
-
-
-def with_engine_defaults(config: dict) -> dict:
-  """``config`` with each engine key and position option it lacks set to its default (configs/base.py).
-
-  A record written before a key existed ran as that key's default does, so it
-  groups with the runs that record the default (``final_eval_splits = ()``).
-  """
-  from configs import base
-
-  defaults = base.get_config().to_dict()
-  config = record.migrate(config)
-  return {**{k: defaults[k] for k in config_lib.ENGINE_KEYS if k in defaults and k not in config}, **config}
 
 
 def flatten(config: dict) -> dict:
@@ -191,7 +175,7 @@ def _labels(configs: Sequence[dict], skip_unused: bool) -> list[str]:
 
 def _unused_option(config: dict, key: str) -> bool:
   """Whether flat ``key`` is an option of a position scheme (``max_distance``, Shaw's) that ``config`` does not
-  use: the model reads the options of ``position`` and ``cross_position`` only (``rpr.config.RunConfig.from_dict``)."""
+  use: the model reads the options of ``position`` and ``cross_position`` only (the engine's model config)."""
   scheme = _SCHEME_OF_OPTION.get(key)
   return scheme is not None and scheme not in (config.get("position"), config.get("cross_position"))
 
@@ -207,6 +191,12 @@ def spread(values: Sequence[float]) -> dict[str, float]:
           "min": float(v.min()), "max": float(v.max())}
 
 
+def series(run: RunRecord, metric: str) -> tuple[list[int], list[float]]:
+  """(steps, values) of every record of ``run`` that holds ``metric``, in step order."""
+  points = sorted((int(r["step"]), float(r[metric])) for r in run.records if isinstance(r.get(metric), (int, float)))
+  return [s for s, _ in points], [v for _, v in points]
+
+
 def step_range(steps: Sequence[int]) -> str:
   """``"100"`` when every run stopped at one step, else ``"90-100"``."""
   lo, hi = min(steps), max(steps)
@@ -217,7 +207,7 @@ def capped(run: RunRecord) -> bool:
   """Whether ``run`` has a plateau rule and reached its cap (``num_train_steps``) without the rule stopping it: it
   had not stopped improving, so its last number is not a converged one."""
   cap = run.config.get("num_train_steps")
-  return (bool(run.config.get("plateau_metric")) and records_lib.plateau_step(run.records) is None
+  return (bool(run.config.get("plateau_metric")) and engine.plateau_step(run.records) is None
           and cap is not None and any(r["step"] >= cap for r in run.records))
 
 
@@ -279,35 +269,3 @@ def summarise(runs: Sequence[RunRecord], metric: str, x: Optional[str] = None) -
       raise ValueError(f"--x {x}: every group needs a numeric config.{x}, got {xs}")
     groups.sort(key=lambda g: g.config[x])
   return groups
-
-
-def load_params(workdir: str):
-  """The parameters of the newest checkpoint in ``workdir/checkpoints``.
-
-  Raises:
-    FileNotFoundError: if there is no checkpoint.
-  """
-  import orbax.checkpoint as ocp
-
-  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-  steps = [int(s) for s in os.listdir(directory) if s.isdigit()]
-  if not steps:
-    raise FileNotFoundError(f"no checkpoint in {directory}")
-  tree = ocp.StandardCheckpointer().restore(os.path.join(directory, str(max(steps)), "default"))
-  return tree["params"]
-
-
-def require_checkpoints(workdirs: Sequence[str]) -> None:
-  """A usage error naming the first of ``workdirs`` without ``config.json`` and ``checkpoints/`` (or none given).
-
-  Raises:
-    absl.app.UsageError: for the command line to print.
-  """
-  from absl import app
-
-  if not workdirs:
-    raise app.UsageError("name one or more workdirs, each holding config.json and checkpoints/")
-  for w in workdirs:
-    if not (os.path.isfile(os.path.join(w, "config.json")) and os.path.isdir(os.path.join(w, "checkpoints"))):
-      raise app.UsageError(f"{w!r} is not a run's workdir: it needs config.json and checkpoints/ (the committed "
-                           "results keep no checkpoints: train the run again to have them)")

@@ -1,9 +1,10 @@
-"""Runs a named sweep (experiments/sweeps.py) one run after another, or prints each run's command.
+"""Runs a named sweep (``configs/<task>.py``'s ``get_sweeps()``, read by experiments/sweeps.py), or prints each
+run's command.
 
-  python -m experiments.sweep table2_cpu              # train every run here, in this process
-  python -m experiments.sweep table2_cpu --print      # one `python run.py ...` line per run, for a cluster,
-                                                     # then the report's command
-  python -m experiments.sweep --list                  # the registered sweeps and their sizes
+  python -m experiments sweep table2_cpu              # train every run here, in this process
+  python -m experiments sweep table2_cpu --print      # one `python run.py ...` line per run, for a cluster,
+                                                      # then the report's command
+  python -m experiments sweep --list                  # the registered sweeps and their sizes
 
 Run from the repository root. Every run trains in its own workdir, ``<root>/<folder>/<run name>/seed<seed>``
 (``--root``, default ``workdirs/sweeps``); a cell that is another sweep's run with the same config (``Run.same_as``)
@@ -12,22 +13,17 @@ latest checkpoint, so re-running a sweep finishes whatever is left. A failing ru
 (exit status 1). Compiled programs are kept in a persistent JAX cache (``--compilation_cache``), so the seeds of
 one variant compile once. ``--print`` also prints the steps left, their hours, and the report's command.
 
-``--workers N`` first makes the files the runs share (``rpr.data.prepare``), then trains N runs at once, each worker
-a process pinned to one core (:func:`pin_to_one_core`) taking every N-th run, so XLA:CPU runs one thread per worker
+Where the runs train is one function, :func:`execute` (the seam a cluster launcher replaces): here, in this
+process, or with ``--workers N`` in N local processes, each pinned to one core (:func:`pin_to_one_core`) and taking
+every N-th run, after the files the runs share are made once, so XLA:CPU runs one thread per worker
 (``--xla_cpu_multi_thread_eigen=false`` alone does not do that in jax 0.10.2). SIGTERM or Ctrl-C stops every run
-after its current step (each saves a checkpoint) and ends the sweep with exit status 3; the same command resumes it.
+after its current step (each saves a checkpoint) and ends the sweep with exit status 3 (``rpr.stop.STOPPED``); the
+same command resumes it.
 """
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # glibc's allocator setting first, for this process and its workers (rpr/malloc.py)
-  from rpr import malloc
-
-  malloc.apply()
-
-import dataclasses  # noqa: E402
-import importlib
-import pathlib
+import dataclasses
 import json
 import os
 import shlex
@@ -40,27 +36,18 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from experiments import engine
 from experiments import sweeps
-from rpr import records as records_lib
 from rpr import workdir as workdir_lib
+from rpr.stop import STOPPED
 
 FLAGS = flags.FLAGS
 SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false"
-STOPPED = 3  # exit status of a sweep a signal stopped (resumable)
 
 
 def load_config(run: sweeps.Run, root: str):
   """The run's config: ``get_config(variant)`` of its file, locked, with the run's keys set (as run.py would)."""
-  module = importlib.import_module("configs." + pathlib.Path(run.config).stem)
-  config = module.get_config(run.variant)
-  config.lock()  # an unknown key fails instead of being added
-  for key, value in run.settings(root).items():
-    *parents, leaf = key.split(".")  # model.shaw.use_values
-    node = config
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
-  return config
+  return engine.load_config(run.config, run.variant, run.settings(root))
 
 
 def _flag_value(value: Any) -> str:
@@ -78,13 +65,11 @@ def command(run: sweeps.Run, root: str, sweep: str) -> str:
 
 def _records(workdir: str) -> list[dict]:
   """``workdir``'s metric records (a step logged twice keeps its later record); none before its first."""
-  from rpr import records as records_lib
-
   path = os.path.join(workdir, "metrics.jsonl")
   if not os.path.exists(path):
     return []
   with open(path, encoding="utf-8") as f:
-    return records_lib.dedupe([json.loads(line) for line in f if line.strip()])
+    return engine.dedupe([json.loads(line) for line in f if line.strip()])
 
 
 def _plateau_status(records: Sequence[dict], config) -> str:
@@ -170,10 +155,8 @@ def finished(workdir: str, config) -> bool:
     return False
   with open(path, encoding="utf-8") as f:
     records = [json.loads(line) for line in f if line.strip()]
-  from rpr.config import evaluated_splits
-
-  splits = evaluated_splits(config)
-  end = records_lib.end_step(records, config.num_train_steps)
+  splits = engine.evaluated_splits(config)
+  end = engine.end_step(records, config.num_train_steps)
   last = {}
   for r in records:
     if r["step"] >= end:
@@ -190,7 +173,7 @@ def select(sweep: sweeps.Sweep, only=(), seeds=()) -> list[sweeps.Run]:
 
 
 def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) -> str:
-  """``python -m experiments.report <globs> <the sweep's ReportSpec as flags> --out <dir>``.
+  """``python -m experiments report <globs> <the sweep's ReportSpec as flags> --out <dir>``.
 
   The globs are the sweep's runs under ``root`` and the other sweeps' runs it shares (``Run.same_as``); the
   runs of its ``shorter`` sweeps are ``--shorter`` globs under ``root``; the output directory is ``out``, default
@@ -200,7 +183,7 @@ def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) ->
            *(os.path.join(root, sweeps.get(run.split("/")[0]).folder, run.split("/")[1], "*")
              for run in sweep.shared())]
   shorter = [w for name in sweep.shorter for w in ("--shorter", os.path.join(root, sweeps.get(name).folder, "*", "*"))]
-  words = ["python", "-m", "experiments.report", *map(shlex.quote, globs), *map(shlex.quote, sweep.report.args()),
+  words = ["python", "-m", "experiments", "report", *map(shlex.quote, globs), *map(shlex.quote, sweep.spec().args()),
            *map(shlex.quote, shorter), "--out",
            shlex.quote(out or os.path.join("experiments", "results", sweep.folder))]
   return " ".join(words)
@@ -224,15 +207,9 @@ def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
   and the rest go on, and a run that a signal stopped (saved, resumable)
   ends the loop: the runs after it are not started.
   """
-  parsed = {}  # each job's typed config, parsed here (the boundary) when this function trains
-  if train_fn is None:
-    import jax
-    from rpr import config as config_lib, record, train  # JAX: imported only when something trains
-
-    for job in jobs:  # every config fails before any run trains; the run's own start logs what it resumes with
-      record.check_resume(parsed.setdefault(job.workdir, config_lib.parse(job.config, jax.device_count())),
-                          job.workdir, quiet=True)
-    train_fn = train.train_and_evaluate
+  if train_fn is None:  # every config fails before any run trains, parsed once; the run's start logs its resume
+    parsed = {job.workdir: engine.validate(job.config, job.workdir) for job in jobs}
+    train_fn = lambda config, workdir: engine.train(parsed[workdir], workdir)
   from rpr import stop
 
   outcome = {"done": [], "skipped": [], "failed": [], "stopped": [], "busy": []}
@@ -247,7 +224,7 @@ def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
     logging.info("[%d/%d] %s: %s", i + 1, len(jobs), job.workdir, job.command)
     t0 = time.time()
     try:
-      result = train_fn(parsed.get(job.workdir, job.config), job.workdir) or {}
+      result = train_fn(job.config, job.workdir) or {}
     except workdir_lib.Busy as e:  # another worker trains it: not a failure of the run
       logging.warning("%s; going on with the next run.", e)
       outcome["busy"].append(job.workdir)
@@ -272,28 +249,55 @@ def run_sweep(sweep: sweeps.Sweep, root: str, runs: list[sweeps.Run], train_fn=N
                     for r in runs], train_fn)
 
 
+def execute(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str, workers: int = 1, argv: Sequence[str] = ()
+            ) -> int:
+  """Trains ``runs`` of ``sweep`` under ``root``; the sweep's exit status (0, 1 if a run failed, STOPPED).
+
+  The one place that decides where runs train, and the seam a cluster launcher replaces: with ``workers`` 1 in
+  this process, one run after another (:func:`run_sweep`); else the local process pool, ``workers`` processes of
+  this command (``argv``: its arguments after the verb) each pinned to one core (:func:`run_workers`).
+  """
+  if workers > 1:
+    engine.prepare_data(load_config(r, root) for r in runs)  # once, before the workers race to make the same files
+    return run_workers(workers, argv, root)
+  from rpr import stop
+
+  with stop.handle_signals():
+    outcome = run_sweep(sweep, root, list(runs))
+  logging.info("Sweep %s: %d trained, %d skipped (finished before), %d failed%s.", sweep.name,
+               len(outcome["done"]), len(outcome["skipped"]), len(outcome["failed"]),
+               "".join(f"\n  failed: {w}" for w in outcome["failed"]))
+  if outcome["stopped"]:
+    return STOPPED
+  return 1 if outcome["failed"] else 0
+
+
 def define_flags() -> None:
-  """The command line's flags (defined only when this module is the program, as every command of experiments/)."""
+  """The ``sweep`` verb's flags."""
   flags.DEFINE_string("root", "workdirs/sweeps", "Directory holding the sweeps' workdirs.")
   flags.DEFINE_bool("print", False, "Print each run's command instead of running it.")
   flags.DEFINE_bool("list", False, "List the registered sweeps.")
   flags.DEFINE_multi_string("only", [], "Run only the runs of these names (e.g. k=4).")
   flags.DEFINE_list("seeds", [], "Run only these seeds (e.g. 0,1).")
-  flags.DEFINE_integer("workers", 1, "Train this many runs at once, each in its own process pinned to one core.")
+  flags.DEFINE_integer("workers", 1, "Train this many runs at once, each in its own process pinned to one core.",
+                       lower_bound=1)
   flags.DEFINE_string("worker", "", "Internal: 'i/n' trains runs i, i+n, i+2n, ... of the selection.")
   flags.DEFINE_string("compilation_cache", "{root}/jax_cache", "JAX persistent compilation cache ('' for none): "
                       "runs that differ only in seed compile the same programs.")
 
 
-def main(argv):
+def main(argv) -> int:
   if FLAGS.list:
     for name, sweep in sorted(sweeps.SWEEPS.items()):
-      print(f"{name:14s} {len(sweep.runs):3d} runs  {sweep.description}")
+      print(f"{name:20s} {len(sweep.runs):3d} runs  {sweep.description}")
     return 0
   if len(argv) != 2:
-    raise app.UsageError(f"name one sweep; registered: {sorted(sweeps.SWEEPS)}")
-  sweep = sweeps.get(argv[1])
-  runs = select(sweep, FLAGS.only, [int(s) for s in FLAGS.seeds])
+    raise app.UsageError(f"name one sweep; allowed: {sorted(sweeps.SWEEPS)}")
+  try:
+    sweep = sweeps.get(argv[1])
+    runs = select(sweep, FLAGS.only, [int(s) for s in FLAGS.seeds])
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
   root = FLAGS.root
   if FLAGS.print:
     print_sweep(sweep, runs, root)
@@ -307,27 +311,17 @@ def main(argv):
 
     jax.config.update("jax_compilation_cache_dir", FLAGS.compilation_cache.format(root=root))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-  if FLAGS.workers > 1 and not FLAGS.worker:
-    prepare_data(runs, root)  # once, before the workers race to make the same files
-    return run_workers(FLAGS.workers, argv[1:], root)
+  workers = 1 if FLAGS.worker else FLAGS.workers
   if FLAGS.worker:
     i, n = (int(v) for v in FLAGS.worker.split("/"))
     runs = runs[i::n]
     core = pin_to_one_core(i)
     logging.info("Worker %d of %d on %s.", i, n, "core %d" % core if core is not None else "every core (no "
                  "sched_setaffinity here)")
-  from rpr import stop
-
-  with stop.handle_signals():
-    outcome = run_sweep(sweep, root, runs)
-  logging.info("Sweep %s: %d trained, %d skipped (finished before), %d failed%s.", sweep.name,
-               len(outcome["done"]), len(outcome["skipped"]), len(outcome["failed"]),
-               "".join(f"\n  failed: {w}" for w in outcome["failed"]))
-  if outcome["stopped"]:
-    return STOPPED
-  if not FLAGS.worker:
+  status = execute(sweep, runs, root, workers, argv[1:])
+  if not FLAGS.worker and status != STOPPED:
     logging.info("Report: %s", report_command(sweep, root))
-  return 1 if outcome["failed"] else 0
+  return status
 
 
 def pin_to_one_core(i: int) -> Optional[int]:
@@ -344,14 +338,14 @@ def pin_to_one_core(i: int) -> Optional[int]:
   return core
 
 
-def run_workers(n: int, args, root: str) -> int:
+def run_workers(n: int, args: Sequence[str], root: str) -> int:
   """This command in ``n`` worker processes (``--worker=i/n``), each pinned to one core; the worst exit status."""
   import signal
   import subprocess
 
   env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD).strip())
   argv = _without_flag(sys.argv[1:], "workers")
-  procs = [subprocess.Popen([sys.executable, "-m", "experiments.sweep", *argv, f"--worker={i}/{n}"],
+  procs = [subprocess.Popen([sys.executable, "-m", "experiments", *argv, f"--worker={i}/{n}"],
                             cwd=str(sweeps.ROOT), env=env) for i in range(n)]
   forward = lambda signum, frame: [p.send_signal(signum) for p in procs]
   previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -377,24 +371,8 @@ def _without_flag(argv: list[str], name: str) -> list[str]:
   return out
 
 
-def prepare_data(runs: Sequence[sweeps.Run], root: str) -> int:
-  """Makes the files the runs share (``rpr.data.prepare``: generated data, vocabulary) once per data set config.
+if __name__ == "__main__":  # the pilots' old command, python -m experiments.sweep ...: the app's sweep verb
+  sys.argv.insert(1, "sweep")
+  from experiments.__main__ import main as app_main
 
-  Returns how many distinct data configs had files to make or check.
-  """
-  from rpr import data
-
-  seen = set()
-  for run in runs:
-    config = load_config(run, root)
-    name = config.get("dataset")
-    key = (name, *(repr(config.get(k)) for k in data.entry(name).keys))
-    if key not in seen:
-      seen.add(key)
-      data.prepare(config)
-  return sum(data.entry(k[0]).prepare is not None for k in seen)
-
-
-if __name__ == "__main__":
-  define_flags()
-  app.run(lambda argv: sys.exit(main(argv)))
+  app_main()

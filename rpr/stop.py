@@ -15,6 +15,9 @@ import threading
 from absl import logging
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)  # kill and Ctrl-C
+# Exit status of a run or sweep a signal stopped: a checkpoint is saved and the same command resumes it. The one
+# definition: run.py and experiments/ import it from here.
+STOPPED = 3
 
 
 class Request:

@@ -69,7 +69,7 @@ def train_and_evaluate(config: RunConfig, workdir: str, allow_config_change=(), 
     workdir_lib.refuse_finished_without_checkpoint(workdir, config.budget.num_train_steps)
     run = assemble.prepare(config, workdir, mesh, restore_unverified)
     first = int(run.state.step)
-    # This process's span, committed with the records (experiments.compute): after each save, and at its end,
+    # This process's span, committed with the records (processes.jsonl): after each save, and at its end,
     # up to the newest step it saved or recorded (a stop by signal saves a step that may have no record).
     reached = [first]
     span = lambda last, running: (workdir_lib.record_process(workdir, t0, (first, last), running, environment)

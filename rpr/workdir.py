@@ -53,7 +53,7 @@ def record_process(workdir: str, start: float, steps: tuple[int, int], running: 
   process was alive then, at ``to_step``) and once more at its end; each call replaces the process's previous
   line, and the file is replaced whole (write, then rename), so a kill leaves the old file or the new one. A
   process killed with SIGKILL thus leaves its span up to its last save, where its TensorBoard events may say
-  more (``experiments.compute``). Committed beside the records, it outlives those events (not committed, lost
+  more. Committed beside the records, it outlives those events (not committed, lost
   with the machine).
   """
   from rpr import provenance

@@ -1,9 +1,6 @@
-"""Every run writes its hyper-parameters in TensorBoard's HParams format beside its metrics, and a committed
-sweep is written back as such events (experiments/hparams_view.py)."""
+"""Every run writes its hyper-parameters in TensorBoard's HParams format beside its metrics."""
 
 import glob
-import json
-import os
 
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -34,24 +31,3 @@ def test_a_run_writes_its_hparams_and_final_metrics_to_tensorboard(tmp_path):
   assert hp["learning_rate"] == config.learning_rate
   tags = acc.Tags()["tensors"]
   assert "valid/exact_match" in tags and "train/loss" in tags  # the metrics the dashboard tabulates
-
-
-def test_a_committed_sweep_is_written_back_with_the_keys_that_differ(tmp_path):
-  from experiments import hparams_view
-
-  for k, seed in ((2, 0), (16, 1)):
-    run = tmp_path / "runs" / f"k={k}" / f"seed{seed}"
-    run.mkdir(parents=True)
-    config = {"seed": seed, "learning_rate": 0.5, "model": {"position": "shaw", "shaw": {"max_distance": k}}}
-    (run / "config.json").write_text(json.dumps({"config": config}))
-    (run / "metrics.jsonl").write_text(json.dumps({"step": 4, "test/perplexity": 40.0 + k}) + "\n")
-  folders = hparams_view.export([str(tmp_path / "runs" / "*" / "*")], str(tmp_path / "tb"))
-  assert [os.path.relpath(f, tmp_path / "tb") for f in folders] == ["k=2/seed0", "k=16/seed1"]  # numbers as numbers
-  (events,) = glob.glob(os.path.join(folders[0], "events.out.tfevents.*"))
-  acc = event_accumulator.EventAccumulator(events, size_guidance={event_accumulator.TENSORS: 0})
-  acc.Reload()
-  data = plugin_data_pb2.HParamsPluginData.FromString(acc.PluginTagToContent("hparams")["_hparams_/session_start_info"])
-  hp = {k: getattr(v, v.WhichOneof("kind")) for k, v in data.session_start_info.hparams.items()}
-  assert hp == {"model.shaw.max_distance": 2, "seed": 0}  # learning_rate is the same in both: left out
-  (value,) = acc.Tensors("test/perplexity")
-  assert value.step == 4 and float(tensor_util.make_ndarray(value.tensor_proto)) == 42.0

@@ -120,7 +120,7 @@ def test_modules_and_functions_stay_small():
 
 
 # experiments/: a library that any experiment, command or sweep may use, and that imports none of them.
-EXPERIMENTS_LIBRARY = ("runs", "render", "machine", "settings", "paper", "spec", "columns", "tabulate")
+EXPERIMENTS_LIBRARY = ("engine", "runs", "render", "machine", "settings", "paper", "columns")
 
 
 def test_the_experiments_library_imports_no_experiment_and_configs_import_no_experiments():
@@ -158,7 +158,6 @@ COVERED_BY = {
     "rpr/attention/positions/shaw.py": "tests/attention/test_positions.py",
     "rpr/attention/positions/sinusoidal.py": "tests/attention/test_positions.py",
     "rpr/attention/positions/t5.py": "tests/attention/test_positions.py",
-    "rpr/assemble.py": "tests/experiments/test_position_tables.py",
     "rpr/blocks.py": "tests/test_model.py",
     "rpr/data/sections.py": "tests/test_config.py",
     "rpr/fields.py": "tests/test_config.py",
@@ -172,25 +171,23 @@ COVERED_BY = {
     "rpr/steps.py": "tests/test_train.py",
     "rpr/stop.py": "tests/test_train.py",
     "rpr/tokens.py": "tests/test_predict.py",
+    "experiments/__main__.py": "tests/experiments/test_app.py",
     "experiments/arithmetic.py": "tests/experiments/test_arithmetic_experiment.py",
-    "experiments/attention_maps.py": "tests/experiments/test_arithmetic_experiment.py",
-    "experiments/budgets.py": "tests/experiments/test_noise.py",
     "experiments/bench/attention.py": "tests/experiments/test_bench_attention.py",
-    "experiments/bench/attention_readme.py": "tests/experiments/test_bench_attention.py",
+    "experiments/bench/attention_report.py": "tests/experiments/test_bench_attention.py",
     "experiments/bench/hlo.py": "tests/experiments/test_bench_memory.py",
+    "experiments/bench/malloc.py": "tests/experiments/test_bench_malloc.py",
     "experiments/bench/memory.py": "tests/experiments/test_bench_memory.py",
-    "experiments/bench/memory_readme.py": "tests/experiments/test_bench_memory.py",
+    "experiments/bench/memory_report.py": "tests/experiments/test_bench_memory.py",
     "experiments/bench/step.py": "tests/experiments/test_bench_step.py",
-    "experiments/hparams_view.py": "tests/test_hparams.py",
-    "experiments/learning_curves.py": "tests/experiments/test_report.py",
+    "experiments/engine.py": "tests/experiments/test_sweep.py",
     "experiments/machine.py": "tests/experiments/test_bench_attention.py",
     "experiments/paper.py": "tests/experiments/test_report.py",
     "experiments/render.py": "tests/experiments/test_report.py",
     "experiments/runs.py": "tests/experiments/test_report.py",
+    "experiments/sections.py": "tests/experiments/test_baselines.py",
     "experiments/settings.py": "tests/experiments/test_bench_attention.py",
-    "experiments/spec.py": "tests/experiments/test_results.py",
     "experiments/sweeps.py": "tests/experiments/test_sweep.py",
-    "experiments/tabulate.py": "tests/experiments/test_report.py",
 }
 
 

@@ -1,12 +1,6 @@
-"""The benchmarks' library: what ``python -m experiments.bench_attention`` and ``bench_memory`` measure and report.
-
-* :mod:`~experiments.bench.attention`: attention cost per position scheme
-  (time and peak memory, ratios to plain attention);
-  :mod:`~experiments.bench.attention_readme` renders its README;
-* :mod:`~experiments.bench.memory`: peak memory of a whole training step
-  against length, dense vs chunked; :mod:`~experiments.bench.memory_readme`
-  renders its README; :mod:`~experiments.bench.hlo` finds the arrays a
-  compiled step materialises.
-
-Peak memory is one definition for both: :func:`experiments.machine.peak_bytes`.
+"""The benchmarks, each a sub-verb of ``python -m experiments bench``: ``step`` (step.py: the training step of the
+real configs), ``malloc`` (malloc.py: glibc's allocator settings), ``memory`` (memory.py measures a training step's
+peak memory against length, memory_report.py runs it and renders its README; hlo.py finds the arrays a compiled
+step materialises) and ``attention`` (attention.py measures attention per scheme, attention_report.py runs it and
+renders its README). Peak memory is one definition for all: :func:`experiments.machine.peak_bytes`.
 """

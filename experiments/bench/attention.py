@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import engine
 from experiments import machine
 from experiments.settings import knob
 from rpr import attention as attn
@@ -65,7 +66,7 @@ DESCRIPTIONS = {
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """The benchmark's knobs (``python -m experiments.bench_attention``'s flags)."""
+  """The benchmark's knobs (``python -m experiments bench attention``'s flags)."""
   quick: bool = knob(False, "smoke run: tiny shapes, two lengths, two rounds (QUICK)")
   lengths: tuple[int, ...] = knob((128, 256, 512, 1024, 2048, 4096), "sequence lengths (self-attention)")
   batch: int = knob(8, "rows per call")
@@ -242,13 +243,13 @@ def child_rss(name: str, implementation: str, length: int, batch: int, s: Settin
 
 
 def rss_check(configs, length: int, batch: int, s: Settings) -> dict:
-  """Per configuration, :func:`child_rss` in a fresh ``python -m experiments.bench_attention --rss_child`` process."""
+  """Per configuration, :func:`child_rss` in a fresh ``python -m experiments bench attention --rss_child`` process."""
   out = {}
   shape = [f"--heads={s.heads}", f"--head_dim={s.head_dim}", f"--max_distance={s.max_distance}",
            f"--block_q={s.block_q}", f"--block_k={s.block_k}"]
   for config in configs:
-    cmd = [sys.executable, "-m", "experiments.bench_attention", f"--rss_child={config[0]},{config[3]},{length},{batch}",
-           *shape]
+    cmd = [sys.executable, "-m", "experiments", "bench", "attention",
+           f"--rss_child={config[0]},{config[3]},{length},{batch}", *shape]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=machine.ROOT)
     try:
       out[label(config)] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -271,21 +272,17 @@ def model_step(s: Settings) -> dict:
   try:
     import optax
 
-    from rpr import model as model_lib
-    from rpr import train as train_lib
-
     rng = np.random.default_rng(0)
     batch = {"inputs": jnp.asarray(rng.integers(3, 1000, (s.model_batch, s.model_length)), jnp.int32),
              "targets": jnp.asarray(rng.integers(3, 1000, (s.model_batch, s.model_length)), jnp.int32)}
     steps, out = {}, {"batch": s.model_batch, "length": s.model_length, "preset": s.model_preset,
                       "implementation": s.model_implementation}
     for position in ("sinusoidal", "shaw"):
-      config = model_lib.preset(s.model_preset, position=position, max_length=max(256, s.model_length),
-                                attention_implementation=s.model_implementation)
-      model = model_lib.Transformer(config)
+      _, model = engine.preset_model(s.model_preset, position=position, max_length=max(256, s.model_length),
+                                     attention_implementation=s.model_implementation)
       tx = optax.adam(1e-4)
-      state = train_lib.init_state(jax.random.PRNGKey(0), model, tx, s.model_length, s.model_length)
-      step = jax.jit(lambda st, b, model=model, tx=tx: train_lib.train_step(
+      state = engine.init_state(jax.random.PRNGKey(0), model, tx, s.model_length, s.model_length)
+      step = jax.jit(lambda st, b, model=model, tx=tx: engine.train_step(
           st, b, model=model, tx=tx, schedule=lambda i: 1e-4, label_smoothing=0.1))
       compiled = step.lower(state, batch).compile()
       out[f"{position}_memory"] = machine.peak_bytes(compiled)

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import engine
 from experiments import machine
 from experiments.bench import hlo
 from experiments.settings import knob
@@ -35,7 +36,7 @@ TARGET_RATIO = 2.3  # chunked peak(2L) / peak(L)
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """The benchmark's knobs (``python -m experiments.bench_memory``'s flags)."""
+  """The benchmark's knobs (``python -m experiments bench memory``'s flags)."""
   lengths: tuple[int, ...] = knob((4096, 8192), "source = target lengths")
   positions: tuple[str, ...] = knob(("shaw",), "position schemes, e.g. shaw,t5,none")
   implementations: tuple[str, ...] = knob(IMPLEMENTATIONS, "attention implementations (dense, chunked)")
@@ -66,14 +67,12 @@ def key(position: str, implementation: str, length: int) -> str:
 
 def model_config(s: Settings, position: str, implementation: str, length: int):
   """The ``rpr.model.ModelConfig`` of one measurement."""
-  from rpr import model as model_lib
-
   options = {"max_distance": s.max_distance} if position == "shaw" else {}
-  return model_lib.ModelConfig(
+  return engine.model_config(
       vocab_size=s.vocab_size, d_model=s.d_model, num_heads=s.num_heads, d_ff=s.d_ff,
       num_encoder_layers=s.encoder_layers, num_decoder_layers=s.decoder_layers,
       dropout_rate=s.dropout_rate, position=position, position_options=options,
-      max_length=max(length, 1), attention_implementation=implementation).validate()
+      max_length=max(length, 1), attention_implementation=implementation)
 
 
 def chunk_block() -> int:
@@ -90,20 +89,17 @@ def measure(s: Settings, position: str, implementation: str, length: int, top: i
   """Compiles (without running) one training step at ``length``; its memory estimate and O(q k) arrays."""
   import optax
 
-  from rpr import model as model_lib
-  from rpr import train as train_lib
-
   config = model_config(s, position, implementation, length)
-  model = model_lib.build(config)  # encoder_layers 0: the decoder-only language model, no inputs
+  model = engine.build(config)  # encoder_layers 0: the decoder-only language model, no inputs
   tx = optax.adam(1e-3)
   source = length if config.num_encoder_layers else 0
-  state = jax.eval_shape(lambda rng: train_lib.init_state(rng, model, tx, source, length),
+  state = jax.eval_shape(lambda rng: engine.init_state(rng, model, tx, source, length),
                          jax.ShapeDtypeStruct((2,), jnp.uint32))
   batch = {"inputs": jax.ShapeDtypeStruct((s.batch, source), jnp.int32),
            "targets": jax.ShapeDtypeStruct((s.batch, length), jnp.int32)}
 
   def step(state, batch):
-    return train_lib.train_step(state, batch, model=model, tx=tx, schedule=lambda i: 1e-3,
+    return engine.train_step(state, batch, model=model, tx=tx, schedule=lambda i: 1e-3,
                                 label_smoothing=s.label_smoothing)
 
   t0 = time.perf_counter()

@@ -1,5 +1,16 @@
-"""The training step of a real config, measured as training runs it: steps a second, model FLOPs, their share of
-the machine's matmul peak, peak memory, and the loss it reaches.
+"""The training step of the translation and LM configs: steps a second, model FLOPs, share of the matmul peak,
+memory, and bfloat16's loss beside float32's .
+
+    python -m experiments bench step                       # every case, 2 rounds, 2 cores
+    python -m experiments bench step --cases translation/shaw --steps 50 --rounds 1 --out /tmp/x
+    git worktree add /tmp/old <commit>; python -m experiments bench step --baseline /tmp/old --dtypes float32
+
+Each measurement is a process of its own pinned to one core, two at a time (one per core), as the sweeps train;
+the rounds interleave the cases, and the README gives each case's median over its rounds. Every process runs with
+run.py's allocator setting (rpr/malloc.py). ``--baseline DIR`` measures each case in another checkout too, at the
+same time on the other core, and gives the ratios. Stop other work on the machine first: the numbers are rates.
+
+What one measurement is (``measure``, run in a process of its own):
 
 One measurement (:func:`measure`) runs in a process of its own, pinned to one core as the sweeps' runs are:
 it builds the config's task, model and optimizer as ``rpr.train`` does, compiles the step for every batch shape
@@ -14,22 +25,28 @@ the timed steps meet, then trains ``steps`` steps from the first batch on, host 
 * Loss: the mean training loss of the last quarter of the timed steps (the same batches for every dtype).
 """
 
+
 from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
 import functools
-import importlib
 import json
+import os
 import resource
+import shlex
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+from absl import app
+from absl import flags
 
 from experiments import machine
+from rpr import malloc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,21 +63,18 @@ CASES = tuple(Case(f"{task}/{pe}", f"configs/{task}.py:pe={pe}", dtype)
 
 def load(case: Case):
   """The config ``case`` names, as run.py resolves ``--config=file:variant``, with ``model.dtype`` set."""
+  from experiments import engine
+
   path, _, variant = case.config.partition(":")
-  module = importlib.import_module("configs." + path.removeprefix("configs/").removesuffix(".py"))
-  config = module.get_config(variant)
-  config.model.dtype = case.dtype
-  for key, value in case.overrides:
-    *parents, leaf = key.split(".")
-    node = config
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
-  return config
+  return engine.load_config(path, variant, {"model.dtype": case.dtype, **dict(case.overrides)})
 
 
 def matmul_peak(n: int = 2048, dtype: str = "float32", repeats: int = 10) -> float:
   """FLOP/s of ``x @ y`` for two ``[n, n]`` matrices of ``dtype``: the best of ``repeats`` timed calls."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
   x = jnp.asarray(np.random.default_rng(0).normal(size=(n, n)), dtype)
   dot = jax.jit(lambda a, b: a @ b)
   dot(x, x).block_until_ready()
@@ -76,26 +90,24 @@ def _timed(fn) -> float:
 
 def measure(case: Case, steps: int) -> dict:
   """Trains ``steps`` steps of ``case`` as ``rpr.train`` would and measures them (module docstring)."""
-  from rpr import config as config_lib, data, optim
-  from rpr.model import build
-  from rpr.sharding import host_batch, make_mesh
-  from rpr.steps import init_state, train_step
+  import jax
   from jax.sharding import NamedSharding, PartitionSpec as P
 
+  from experiments import engine
+  from rpr.sharding import host_batch, make_mesh
+
+  config = load(case)
   mesh = make_mesh()
-  config = config_lib.parse(load(case), num_devices=mesh.size)
-  task = data.get_task(config.data, tempfile.mkdtemp(prefix="bench_step_"), mesh.size)
-  model_config = config.model.replace(vocab_size=task.vocab.size)
-  model = build(model_config)
-  tx, schedule = optim.make_optimizer(config.optim, model_config.d_model, config.budget.num_train_steps)
+  task, model_config, model, (tx, schedule) = engine.task_and_model(
+      config, tempfile.mkdtemp(prefix="bench_step_"), mesh.size)
   replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
   first = task.train_batch(0, slice(0, 1))
-  init_fn = functools.partial(init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
+  init_fn = functools.partial(engine.init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
                               target_length=first["targets"].shape[1])
   init = jax.jit(init_fn, out_shardings=replicated)
-  state = init(jax.random.PRNGKey(config.data.seed))
-  step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx, schedule=schedule,
-                                      label_smoothing=config.optim.label_smoothing),
+  state = init(jax.random.PRNGKey(config.seed))
+  step_fn = jax.jit(functools.partial(engine.train_step, model=model, tx=tx, schedule=schedule,
+                                      label_smoothing=config.label_smoothing),
                     in_shardings=(replicated, rows), out_shardings=(replicated, replicated), donate_argnums=0)
   batches = [host_batch(task, s, mesh) for s in range(steps)]
   shapes = collections.Counter(tuple(v.shape for v in b.values()) for b in batches)
@@ -109,7 +121,7 @@ def measure(case: Case, steps: int) -> dict:
   for shape in compiled:  # one real call per shape: the first call of a compiled program allocates
     warm, _ = step_fn(warm, next(b for b in batches if tuple(v.shape for v in b.values()) == shape))
   jax.block_until_ready(warm)
-  state = init(jax.random.PRNGKey(config.data.seed))  # the step donates its state: train from a fresh one
+  state = init(jax.random.PRNGKey(config.seed))  # the step donates its state: train from a fresh one
   losses, t0 = [], time.perf_counter()
   for s in range(steps):  # the host batch inside the clock, as in training
     state, m = step_fn(state, host_batch(task, s, mesh))
@@ -128,3 +140,128 @@ def measure(case: Case, steps: int) -> dict:
           "shapes": {json.dumps(s): n for s, n in shapes.items()},
           "memory": machine.peak_bytes(compiled[largest]),
           "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+# ----------------------------------------------------------------------------
+# The command: measurements in pinned processes, two at once, and the README.
+
+FLAGS = flags.FLAGS
+OUT = os.path.join("experiments", "results", "bench", "step")
+
+
+def _one(case: Case, steps: int, core: int, root: str = machine.ROOT,
+         tunables: str = malloc.TUNABLES) -> subprocess.Popen:
+  """``case`` measured in a process pinned to ``core``, with the library (rpr, configs) of the checkout ``root``
+  and this checkout's measuring code (so an older checkout, without it, can be measured the same way)."""
+  here = os.path.abspath(__file__)
+  code = ("import importlib.util, json, sys; "
+          f"spec = importlib.util.spec_from_file_location('bench_step_measure', {here!r}); "
+          "step = sys.modules['bench_step_measure'] = importlib.util.module_from_spec(spec); "
+          "spec.loader.exec_module(step); "
+          f"print(json.dumps(step.measure(step.Case(*{list(dataclasses.astuple(case))!r}), {steps})))")
+  env = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2", "GLIBC_TUNABLES": tunables}
+  return subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", code], cwd=root, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run(cases, steps: int, rounds: int, cores, baseline: str = "", baseline_tunables: str = malloc.TUNABLES
+        ) -> list[dict]:
+  """Every case ``rounds`` times, ``len(cores)`` processes at once; one record per measurement. With a
+  ``baseline`` checkout, each case is measured there and here at once, on swapped cores from round to round."""
+  if baseline:
+    jobs = [[(c, root) for root in ((baseline, machine.ROOT) if r % 2 == 0 else (machine.ROOT, baseline))]
+            for r in range(rounds) for c in cases]
+  else:
+    flat = [(c, machine.ROOT) for _ in range(rounds) for c in cases]
+    jobs = [flat[i:i + len(cores)] for i in range(0, len(flat), len(cores))]
+  out = []
+  for batch in jobs:
+    procs = [(c, root, _one(c, steps, core, root, malloc.TUNABLES if root == machine.ROOT else baseline_tunables))
+             for (c, root), core in zip(batch, cores)]
+    for c, root, p in procs:
+      stdout, stderr = p.communicate()
+      if p.returncode:
+        raise RuntimeError(f"{c.name} ({c.dtype}) in {root} failed:\n{stderr[-3000:]}")
+      out.append({**json.loads(stdout.strip().splitlines()[-1]), "baseline": root != machine.ROOT})
+      print(f"{c.name} {c.dtype}{' (baseline)' if out[-1]['baseline'] else ''}: {out[-1]['steps_per_sec']:.2f} "
+            f"steps/s, {out[-1]['fraction_of_peak']:.2f} of the matmul peak", flush=True)
+  return out
+
+
+def ratios(records: list[dict]) -> str:
+  """Per case, this checkout's steps a second over the baseline's, round by round (measured at the same time)."""
+  lines = []
+  by = {}
+  for r in records:
+    by.setdefault((r["case"]["name"], r["case"]["dtype"]), []).append(r)
+  for (name, dtype), rs in by.items():
+    pairs = [(rs[i], rs[i + 1]) for i in range(0, len(rs) - 1, 2)]
+    each = [(b if not b["baseline"] else a)["steps_per_sec"] / (a if a["baseline"] else b)["steps_per_sec"]
+            for a, b in pairs]
+    if each:
+      lines.append(f"| {name} | {dtype} | " + ", ".join(f"{x:.2f}" for x in each) + " |")
+  return "\n".join(["| case | dtype | steps/s here / baseline, each round |", "| --- | --- | --- |", *lines])
+
+
+def table(records: list[dict]) -> str:
+  """One row per case: the medians over its rounds (this checkout's records only)."""
+  by = {}
+  for r in (r for r in records if not r.get("baseline")):
+    by.setdefault((r["case"]["name"], r["case"]["dtype"]), []).append(r)
+  f32 = {name: statistics.median(x["loss"] for x in rs) for (name, dtype), rs in by.items() if dtype == "float32"}
+  rows = ["| case | dtype | steps/s | GFLOP/step | GFLOP/s | matmul peak GFLOP/s | share of peak | peak memory MB "
+          "| loss (last quarter) | vs float32 |", "|" + " --- |" * 10]
+  for (name, dtype), rs in by.items():
+    med = lambda key: statistics.median(x[key] for x in rs)
+    loss = med("loss")
+    delta = f"{loss - f32[name]:+.4f}" if name in f32 else "-"
+    rows.append(f"| {name} | {dtype} | {med('steps_per_sec'):.2f} | {med('flops_per_step') / 1e9:.2f} | "
+                f"{med('flops_per_sec') / 1e9:.1f} | {med('matmul_peak') / 1e9:.1f} | {med('fraction_of_peak'):.2f} | "
+                f"{statistics.median(x['memory']['peak'] for x in rs) / 1e6:.0f} | {loss:.4f} | {delta} |")
+  return "\n".join(rows)
+
+
+def write(data: dict, out: str) -> None:
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as f:
+    json.dump(data, f, indent=1)
+  text = (f"# Training step\n\nMade by `{data['command']}` on {data['date']} ({data['machine']['cpu']}, "
+          f"{data['machine']['cores']} cores), {data['steps']} steps a measurement, median of {data['rounds']} "
+          "rounds, one process per core, two at once.\n\n" + table(data["records"]) + "\n")
+  if data.get("baseline"):
+    text += (f"\nAgainst the checkout {data['baseline']} (commit {data['baseline_commit']}, GLIBC_TUNABLES="
+             f"'{data['baseline_glibc_tunables']}'), measured at the same time on the other core, cores swapped from "
+             "round to round:\n\n" + ratios(data["records"]) + "\n")
+  with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
+    f.write(text)
+
+
+def main(argv):
+  del argv
+  names = FLAGS.cases or sorted({c.name for c in CASES})
+  cases = [c for c in CASES if c.name in names and c.dtype in FLAGS.dtypes]
+  if not cases:
+    raise app.UsageError(f"--cases {FLAGS.cases}: allowed: {sorted({c.name for c in CASES})}")
+  records = run(cases, FLAGS.steps, FLAGS.rounds, [int(c) for c in FLAGS.cores], FLAGS.baseline,
+                FLAGS.baseline_glibc_tunables)
+  commit = lambda root: subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True,
+                                       text=True).stdout.strip()
+  write({"command": "python -m experiments bench step " + shlex.join(sys.argv[1:]), "commit": commit(machine.ROOT),
+         "baseline": FLAGS.baseline, "baseline_glibc_tunables": FLAGS.baseline_glibc_tunables,
+         "baseline_commit": commit(FLAGS.baseline) if FLAGS.baseline else "",
+         "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine.machine(),
+         "steps": FLAGS.steps, "rounds": FLAGS.rounds, "records": records}, FLAGS.out)
+
+
+def define_flags() -> None:
+  """The ``bench step`` verb's flags."""
+  flags.DEFINE_list("cases", [], "Case names (default: all), e.g. translation/shaw,lm/sinusoidal.")
+  flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "model.dtype values.")
+  flags.DEFINE_integer("steps", 150, "Timed training steps a measurement.")
+  flags.DEFINE_integer("rounds", 2, "Measurements of each case, interleaved.")
+  flags.DEFINE_list("cores", ["0", "1"], "Cores to pin to, one process each at a time.")
+  flags.DEFINE_string("out", OUT, "Directory of results.json and README.md.")
+  flags.DEFINE_string("baseline", "", "Another checkout (e.g. a git worktree of an older commit): each case is also "
+                      "measured there, at the same time on the other core, and the README gives the ratios.")
+  flags.DEFINE_string("baseline_glibc_tunables", malloc.TUNABLES, "GLIBC_TUNABLES of the baseline's processes ('': "
+                      "glibc's defaults, what a plain run got before run.py set it)")

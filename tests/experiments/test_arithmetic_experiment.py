@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import attention_maps
+from experiments import arithmetic as experiment
 from experiments import report
 from rpr import data
 from rpr import model as model_lib
@@ -91,10 +91,10 @@ def _untrained_params(config):
 def test_attention_rows_of_the_two_ones_are_equal_exactly_when_there_is_no_position(scheme, zero):
   config = arithmetic_config(f"pe={scheme}")
   config.model.d_model, config.model.d_ff = 32, 64
-  weights = attention_maps.encoder_attention(config, _untrained_params(config), "12+1")
+  weights = experiment.encoder_attention(config, _untrained_params(config), "12+1")
   assert weights.shape == (config.model.num_encoder_layers, config.model.num_heads, 4, 4)
   np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
-  diff = attention_maps.row_difference(weights, 0, 3)
+  diff = experiment.row_difference(weights, 0, 3)
   assert (diff == 0.0) if zero else (diff > 1e-4), diff
 
 

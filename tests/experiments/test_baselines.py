@@ -1,5 +1,5 @@
 """The real-text baselines: TF-IDF retrieval, the LM's documents, and the report section that sets them beside
-groups."""
+groups (experiments/sections.py)."""
 
 import json
 import types
@@ -7,7 +7,7 @@ import types
 import numpy as np
 
 from experiments import baselines
-from experiments import noise
+from experiments import sections
 from rpr import tokens
 
 
@@ -47,46 +47,32 @@ DATA = {"translation": {"retrieval": {"test": {"bleu": 13.0, "chrf": 30.0, "vers
 
 
 def _section(metric, groups, dataset):
-  report = types.SimpleNamespace(spec=types.SimpleNamespace(metric=metric), groups=[
+  report = types.SimpleNamespace(spec=types.SimpleNamespace(metric=metric), digits=2, groups=[
       types.SimpleNamespace(label=k, values=v, config={"dataset": dataset}, capped=0) for k, v in groups.items()])
-  return "\n".join(baselines.baselines_section(report))
+  return "\n".join(sections.baselines_section(report))
 
 
-def test_the_section_holds_each_group_to_each_baseline_with_the_noise_floor(tmp_path, monkeypatch):
+def test_the_section_sets_each_group_beside_each_baseline_that_has_the_metric(tmp_path, monkeypatch):
   (tmp_path / "baselines.json").write_text(json.dumps(DATA))
   monkeypatch.setattr(baselines, "RESULTS", str(tmp_path / "baselines.json"))
-  floors = {"bible_fr_en": {"test/bleu": 0.6}, "sotu": {"test/perplexity": 0.25}}
-  (tmp_path / "floor.json").write_text(json.dumps(floors))
-  monkeypatch.setattr(noise, "FLOOR_FILE", str(tmp_path / "floor.json"))
-  groups = {"shaw": [14.0, 15.5], "rope": [13.5, 14.0], "t5": [12.0, 14.0], "k=0": [8.0, 9.0], "one": [20.0]}
+  groups = {"shaw": [14.0, 15.5], "k=0": [8.0, 9.0], "one": [20.0]}
   text = _section("test/bleu", groups, "bible_fr_en")
-  assert "noise floor of test/bleu: 0.60 (bible_fr_en) (`experiments/results/noise/`)" in text
-  # shaw's worst seed is 1.0 above 13, rope's 0.5 (under the floor), t5 straddles it, k = 0's best is 4.0 under.
+  # Each group's mean [min, max] minus the baseline; no verdict.
   assert ("retrieval: the nearest training verse's English (TF-IDF)**: test/bleu 13.00 (`experiments/results/"
-          "baselines/`). Better by more than the floor: shaw (by 1.00). Not separated: rope, t5. Worse by more than "
-          "the floor: k=0 (by 4.00). One seed, not judged: one.") in text
-  assert ("copy: the French source**: test/bleu 2.00 (`experiments/results/baselines/`). Better by more than the "
-          "floor: shaw (by 12.00), rope (by 11.50), t5 (by 10.00), k=0 (by 6.00). Not separated: none. Worse by more "
-          "than the floor: none. One seed, not judged: one.") in text
-  # A split without a floor of its own is held to the test split's, and says so.
-  text = _section("test_long/bleu", {"shaw": [6.0, 7.0]}, "bible_fr_en")
-  assert "0.60 (bible_fr_en, that of test/bleu)" in text and "floor: shaw (by 1.00)." in text
-  # Perplexity: lower is better, and the chosen order is the baseline.
-  ppl = {"k=2": [31.0, 31.5], "k=4": [31.5, 31.9], "k=0": [70.0, 71.0]}
-  text = _section("test/perplexity", ppl, "sotu")
+          "baselines/`). Each group's mean [min, max] minus it: shaw +1.75 [+1.00, +2.50]; k=0 -4.50 [-5.00, -4.00]; "
+          "one +7.00 [+7.00, +7.00].") in text
+  assert "copy: the French source**: test/bleu 2.00" in text and "shaw +12.75 [+12.00, +13.50]" in text
+  assert "separated" not in text and "floor" not in text
+  # Perplexity: the chosen order is the baseline.
+  text = _section("test/perplexity", {"k=2": [31.0, 31.5]}, "sotu")
   assert "Kneser-Ney 4-gram**: test/perplexity 32.00" in text and "40.00" not in text
-  assert ("Better by more than the floor: k=2 (by 0.50). Not separated: k=4. Worse by more than the floor: k=0 (by "
-          "38.00).") in text
-  # No floor measured for the data set: nothing is called separated.
-  text = _section("test/perplexity", ppl, "other")
-  assert "none measured (other)" in text
-  assert "Better by more than the floor: none. Not separated: k=2, k=4, k=0." in text
+  assert "k=2 -0.75 [-1.00, -0.50]" in text
   assert baselines.of_metric("test/exact_match") == {}
 
 
 def test_the_readme_has_a_row_per_baseline_and_a_column_per_test_book(tmp_path):
   split = {"bleu": 10.0, "chrf": 30.0, "verses": 5}
-  data = {"command": "python -m experiments.baselines", "date": "today",
+  data = {"command": "python -m experiments baselines", "date": "today",
           "translation": {name: {s: split for s in ("validation", "test", "test_long")}
                           for name in ("retrieval", "copy")},
           "translation_by_book": {"retrieval": {"Luke": {"bleu": 20.2, "chrf": 37.7, "verses": 1151},

@@ -1,4 +1,5 @@
-"""experiments/bench_attention.py: a tiny run writes complete results and a report; targets are judged right."""
+"""python -m experiments bench attention (experiments/bench/attention*.py): a tiny run writes complete results and a
+report; targets are judged right."""
 
 import json
 import pathlib
@@ -9,20 +10,19 @@ import sys
 import jax
 from absl import flags
 
-from experiments import bench_attention
+from experiments.bench import attention_report as bench_attention
 from experiments import machine
 from experiments import settings
 from experiments.bench import attention
-from experiments.bench import attention_readme
 
 TINY = attention.Settings(lengths=(32,), batch=1, heads=2, head_dim=8, max_distance=2, repeats=1, long_length=0,
                           block_q=16, block_k=16)
 
 
 def test_tiny_run_writes_every_configuration(tmp_path):
-  data = bench_attention.run(TINY, str(tmp_path), "python -m experiments.bench_attention X")
+  data = bench_attention.run(TINY, str(tmp_path), "python -m experiments bench attention X")
   saved = json.loads((tmp_path / "results.json").read_text())
-  assert saved["command"] == data["command"] == "python -m experiments.bench_attention X"
+  assert saved["command"] == data["command"] == "python -m experiments bench attention X"
   results = saved["lengths"]["32"]
   assert set(results) == {attention.label(c) for c in attention.CONFIGS}
   for key, entry in results.items():
@@ -66,7 +66,8 @@ def test_report_only_renders_the_committed_readme_again(tmp_path):
   """The command line end to end: --report_only on a copy of committed results gives the committed README."""
   committed = pathlib.Path(machine.ROOT) / "experiments" / "results" / "bench" / "model_step_256"
   shutil.copy(committed / "results.json", tmp_path)
-  proc = subprocess.run([sys.executable, "-m", "experiments.bench_attention", "--report_only", "--out", str(tmp_path)],
+  proc = subprocess.run([sys.executable, "-m", "experiments", "bench", "attention", "--report_only", "--out",
+                         str(tmp_path)],
                         cwd=machine.ROOT, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert (tmp_path / "README.md").read_text() == (committed / "README.md").read_text()
@@ -79,7 +80,7 @@ def test_targets_are_judged_on_the_measured_ratios():
 
   data = {"lengths": {"512": {"shaw/chunked": entry(1.1, 0.3)}, "1024": {"shaw/chunked": entry(1.2, 0.3)},
                       "4096": {"plain/chunked": {"memory": {"peak": 1}}, "plain/dense": {"memory": {"peak": 8}}}}}
-  lines = attention_readme.check_targets(data)
+  lines = bench_attention.check_targets(data)
   assert any("L=512" in line and "-> met" in line for line in lines)
   assert any("L=1024" in line and "NOT met" in line for line in lines)
   assert any("plain chunked / dense" in line and "-> met" in line for line in lines)
@@ -90,9 +91,9 @@ def test_model_step_target_is_judged_on_the_median_ratio():
     return {"lengths": {}, "model_step": {"status": "ok", "batch": 8, "length": 64, "ratio_wall": ratio,
                                           "ratio_wall_quartiles": [ratio - 0.02, ratio + 0.02]}}
 
-  met, = [line for line in attention_readme.check_targets(data(1.04)) if "training step" in line]
-  missed, = [line for line in attention_readme.check_targets(data(1.06)) if "training step" in line]
+  met, = [line for line in bench_attention.check_targets(data(1.04)) if "training step" in line]
+  missed, = [line for line in bench_attention.check_targets(data(1.06)) if "training step" in line]
   assert "-> met" in met and "quartiles 1.020-1.060" in met
   assert "NOT met" in missed
-  assert not [line for line in attention_readme.check_targets({"lengths": {}, "model_step": {"status": "skipped"}})
+  assert not [line for line in bench_attention.check_targets({"lengths": {}, "model_step": {"status": "skipped"}})
               if "training step" in line]

@@ -1,4 +1,5 @@
-"""experiments.bench_malloc: two malloc settings train the same run, and each process's rate and costs are read."""
+"""python -m experiments bench malloc (experiments/bench/malloc.py): two malloc settings train the same run, and
+each process's rate and costs are read."""
 
 import json
 import os
@@ -7,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from experiments import bench_malloc
+from experiments.bench import malloc as bench_malloc
 from rpr.records import read_jsonl
 
 
@@ -45,7 +46,7 @@ def test_both_settings_train_the_same_run_and_each_process_is_measured(tmp_path)
 
 
 def test_the_readme_gives_the_ratio_and_the_verdict_and_appends_the_notes(tmp_path):
-  data = {"command": "python -m experiments.bench_malloc --out x", "ratio": 1.5,
+  data = {"command": "python -m experiments bench malloc --out x", "ratio": 1.5,
           "machine": {"cpu": "cpu", "cores": 2, "jax": "0"}, "settings": {"config": "c", "steps": 4, "tunables": "t"},
           "runs": {"default": {"core": 0, "steps_per_sec": 2.0, "user_s": 9.0, "system_s": 3.0, "page_faults": 1000},
                    "tuned": {"core": 1, "steps_per_sec": 3.0, "user_s": 9.0, "system_s": 0.1, "page_faults": 10}},

@@ -1,5 +1,5 @@
-"""experiments/bench_memory.py: a tiny run measures, compares and records (its README by
-experiments/bench/memory_readme.py); targets come from the numbers."""
+"""python -m experiments bench memory (experiments/bench/memory.py, memory_report.py): a tiny run measures, compares
+and records; targets come from the numbers."""
 
 import json
 import pathlib
@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import pytest
 from absl import flags
 
-from experiments import bench_memory
+from experiments.bench import memory_report as bench_memory
 from experiments import machine
 from experiments import settings
 from experiments.bench import hlo
@@ -26,7 +26,7 @@ TINY = memory.Settings(lengths=(128, 256), d_model=16, num_heads=2, d_ff=32, voc
 
 def test_tiny_run_chunked_grows_less_than_dense_and_records_its_command(tmp_path):
   # L = 128 -> 256: the chunked layers' block is 128, so 256 is two blocks a side; dense grows ~L^2.
-  command = "python -m experiments.bench_memory --lengths 128,256 ..."
+  command = "python -m experiments bench memory --lengths 128,256 ..."
   data = bench_memory.run(TINY, str(tmp_path), command)
 
   saved = json.loads((tmp_path / "results.json").read_text())
@@ -71,7 +71,8 @@ def test_report_only_renders_the_committed_readme_again(tmp_path):
   committed = pathlib.Path(machine.ROOT) / "experiments" / "results" / "bench" / "model_memory"
   for name in ("results.json", "notes.md"):
     shutil.copy(committed / name, tmp_path)
-  proc = subprocess.run([sys.executable, "-m", "experiments.bench_memory", "--report_only", "--out", str(tmp_path)],
+  proc = subprocess.run([sys.executable, "-m", "experiments", "bench", "memory", "--report_only", "--out",
+                         str(tmp_path)],
                         cwd=machine.ROOT, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert (tmp_path / "README.md").read_text() == (committed / "README.md").read_text()

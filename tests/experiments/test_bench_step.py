@@ -1,10 +1,10 @@
-"""experiments.bench_step and experiments.bench.step: a config's training step measured as training runs it."""
+"""python -m experiments bench step (experiments/bench/step.py): a config's training step measured as training
+runs it."""
 
 import math
 
 import pytest
 
-from experiments import bench_step
 from experiments.bench import step
 
 
@@ -32,7 +32,7 @@ def test_the_table_gives_medians_and_bfloat16_s_loss_against_float32_s():
     return {"case": {"name": "lm/shaw", "dtype": dtype}, "steps_per_sec": rate, "flops_per_step": 2e9,
             "flops_per_sec": 2e9 * rate, "matmul_peak": 1e11, "fraction_of_peak": 2e9 * rate / 1e11, "loss": loss,
             "memory": {"peak": 3e8}}
-  text = bench_step.table([record("float32", 1.0, 5.0), record("float32", 3.0, 5.2), record("float32", 2.0, 5.1),
+  text = step.table([record("float32", 1.0, 5.0), record("float32", 3.0, 5.2), record("float32", 2.0, 5.1),
                            record("bfloat16", 4.0, 5.15)])
   rows = text.splitlines()[2:]
   assert rows[0] == "| lm/shaw | float32 | 2.00 | 2.00 | 4.0 | 100.0 | 0.04 | 300 | 5.1000 | +0.0000 |"
@@ -42,6 +42,6 @@ def test_the_table_gives_medians_and_bfloat16_s_loss_against_float32_s():
 def test_against_a_baseline_each_round_pairs_the_two_checkouts_measured_at_once():
   def record(rate, baseline):
     return {"case": {"name": "translation/shaw", "dtype": "float32"}, "steps_per_sec": rate, "baseline": baseline}
-  text = bench_step.ratios([record(2.0, True), record(3.0, False), record(3.3, False), record(3.0, True)])
+  text = step.ratios([record(2.0, True), record(3.0, False), record(3.3, False), record(3.0, True)])
   assert text.splitlines()[-1] == "| translation/shaw | float32 | 1.50, 1.10 |"
-  assert bench_step.table([record(2.0, True)]).count("\n") == 1  # the baseline's records are not this checkout's
+  assert step.table([record(2.0, True)]).count("\n") == 1  # the baseline's records are not this checkout's

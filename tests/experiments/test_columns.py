@@ -11,7 +11,7 @@ from experiments import arithmetic
 from experiments import columns
 from experiments import report
 from experiments import sweeps
-from experiments.spec import ReportSpec
+from experiments.report import ReportSpec
 from tests.experiments.test_report import TABLE2, table2_runs  # noqa: F401  (a fixture)
 
 
@@ -71,7 +71,7 @@ def test_a_spec_field_that_no_registered_column_reads_fails_instead_of_being_ign
 
 @pytest.mark.parametrize("name", sorted(sweeps.SWEEPS))
 def test_every_sweeps_report_spec_is_its_command_line(name):
-  spec = sweeps.get(name).report
+  spec = sweeps.get(name).spec()
   fv = flags.FlagValues()
   report.define_flags(fv)
   fv(["report", *spec.args(), "--out", "x"])
@@ -90,7 +90,7 @@ def test_spec_args_follow_the_field_order_and_a_spec_needs_a_metric():
 def test_translation_sweeps_read_the_configs_source_length_buckets():
   from configs import translation
 
-  also = sweeps.get("translation_table1").report.also
+  also = sweeps.get("translation_table1").spec().also
   assert also == ("test/chrf", "test/bleu_by_length/1-10", "test/bleu_by_length/11-20", "test/bleu_by_length/21-30",
                   "test/bleu_by_length/31-40", "test/bleu_by_length/41-60", "test/bleu_by_length/61+")
   assert len(also) - 1 == len(translation.BUCKETS) + 1  # a bucket per bound, and the open one above the last

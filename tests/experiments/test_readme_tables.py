@@ -2,7 +2,7 @@
 
 Each table is named by its header row; each row names a variant folder of the curves sweep, and each number is
 that folder's run of one seed (in seed order), or, for a shorter-budget column, the committed run of the same
-cell (``experiments.budgets.cell``) and seed at another budget; the baseline row is ``baselines.json``'s. A
+cell (``experiments.sections.cell``) and seed at another budget; the baseline row is ``baselines.json``'s. A
 number copied wrong, a seed left out, or a row for a run that is not committed fails here, naming the row and
 column.
 """
@@ -13,7 +13,7 @@ import re
 import statistics
 
 
-from experiments import budgets
+from experiments import sections
 from experiments import runs as runs_lib
 from rpr import config as rpr_config
 from rpr import plateau
@@ -50,7 +50,7 @@ def _pool(committed_workdirs, sweeps: list[str]) -> list[runs_lib.RunRecord]:
 
 def _shorter(pool: list[runs_lib.RunRecord], run: runs_lib.RunRecord) -> runs_lib.RunRecord:
   """The run of ``pool`` with ``run``'s cell and seed (exactly one)."""
-  twins = [r for r in pool if budgets.cell(r.config) == budgets.cell(run.config) and r.seed == run.seed]
+  twins = [r for r in pool if sections.cell(r.config) == sections.cell(run.config) and r.seed == run.seed]
   assert len(twins) == 1, (run.workdir, [t.workdir for t in twins])
   return twins[0]
 

@@ -9,9 +9,11 @@ import sys
 
 import pytest
 
-from experiments import budgets
+from configs import translation
+from experiments import engine
 from experiments import paper
 from experiments import runs as runs_lib
+from experiments import sections
 from experiments import sweep as sweep_lib
 from experiments import sweeps
 from rpr import data
@@ -97,7 +99,7 @@ def test_length_sweep_covers_every_scheme_with_three_seeds():
 ])
 def test_printed_commands_name_the_config_variant_workdir_and_every_key(tmp_path, name, only, expected):
   _skip_without_config_file(sweep_lib.select(sweeps.get(name), only=[only])[0])
-  proc = subprocess.run([sys.executable, "-m", "experiments.sweep", name, "--print", "--seeds", "1", "--only", only,
+  proc = subprocess.run([sys.executable, "-m", "experiments", "sweep", name, "--print", "--seeds", "1", "--only", only,
                          "--root", str(tmp_path)], cwd=sweeps.ROOT, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-2000:]
   steps = sweep_lib.load_config(sweep_lib.select(sweeps.get(name), only=[only])[0], "").num_train_steps
@@ -132,7 +134,7 @@ def test_print_marks_the_finished_runs_and_says_where_each_run_in_progress_stand
   assert lines[-2] == (f"# {left:,} steps left: {left / 0.5 / 3600:.1f} hours of one process at 0.50 steps/s, the "
                        "median step rate of its runs in progress (evaluations included; divide by the processes "
                        "run side by side)")
-  assert lines[-1].startswith("# report: python -m experiments.report")
+  assert lines[-1].startswith("# report: python -m experiments report")
 
 
 def _finish(workdir, steps, evaluated=True, splits=("valid", "long"), rate=None):
@@ -271,7 +273,7 @@ def test_a_shared_cell_is_the_other_sweeps_run_with_the_same_config():
 
 def test_report_command_reads_the_shared_runs_into_the_committed_directory():
   words = sweep_lib.report_command(sweeps.get("translation_table3"), "experiments/results").split()
-  assert words[3:5] == ["'experiments/results/translation/table3/*/*'",
+  assert words[4:6] == ["'experiments/results/translation/table3/*/*'",
                         "'experiments/results/translation/table1/shaw/*'"]
   assert words[-2:] == ["--out", "experiments/results/translation/table3"]
   # The learning curves read their cells at the shorter budget from the sweeps that trained them.
@@ -284,20 +286,21 @@ def test_prepare_data_makes_each_data_config_once_before_the_workers_start(monke
   made = []
   for name in ("sotu", "bible_fr_en"):
     monkeypatch.setitem(data.REGISTRY, name, dataclasses.replace(data.REGISTRY[name], prepare=made.append))
-  assert sweep_lib.prepare_data(sweeps.get("lm_clipping").runs, "root") == 1  # 24 runs, one data config
+  configs = lambda runs: [sweep_lib.load_config(r, "root") for r in runs]
+  assert engine.prepare_data(configs(sweeps.get("lm_clipping").runs)) == 1  # 24 runs, one data config
   runs = sweeps.get("translation_table1").runs + sweeps.get("translation_short").runs
-  assert sweep_lib.prepare_data(runs, "root") == 2  # all lengths; training on <= 30 pieces
+  assert engine.prepare_data(configs(runs)) == 2  # all lengths; training on <= 30 pieces
   assert [c.dataset for c in made] == ["sotu", "bible_fr_en", "bible_fr_en"]
-  assert [c.train_max_source_tokens for c in made[1:]] == [None, sweeps.TRANSLATION_SHORT]
+  assert [c.train_max_source_tokens for c in made[1:]] == [None, translation.SHORT]
 
 
 @pytest.mark.parametrize("name", sorted(n for n, s in sweeps.SWEEPS.items() if s.shorter))
 def test_every_cell_of_a_longer_sweep_is_trained_by_its_shorter_sweeps(name):
-  # The report matches the cells by config without the budget keys (experiments.budgets.cell): a key that differs
+  # The report matches the cells by config without the budget keys (experiments.sections.cell): a key that differs
   # by mistake would leave a cell without its shorter runs, and the report with a "-" where the change should be.
   def cell(run):
     config = sweep_lib.load_config(run, "root").to_dict()
-    return budgets.cell(runs_lib.flatten(runs_lib.with_engine_defaults(config)))
+    return sections.cell(runs_lib.flatten(engine.recorded_config(config)))
 
   sweep = sweeps.get(name)
   shorter = {cell(r) for other in sweep.shorter for r in sweeps.get(other).runs}

@@ -1,6 +1,6 @@
 """Training steps a second under glibc's default malloc and under malloc tunables, in the same run.
 
-    python -m experiments.bench_malloc --out experiments/results/bench/malloc
+    python -m experiments bench malloc --out experiments/results/bench/malloc
 
 Each setting trains the same config and seed with ``run.py`` (no evaluation,
 one checkpoint at the end), as a process pinned to one core with ``taskset``.
@@ -33,7 +33,7 @@ from absl import flags
 
 from experiments import machine
 from experiments import render
-from experiments import runs as runs_lib
+from experiments import engine
 from experiments import settings as settings_lib
 from rpr import malloc
 from rpr.records import read_jsonl
@@ -99,7 +99,7 @@ def same_run(a: str, b: str) -> dict:
                         for r in read_jsonl(os.path.join(w, "metrics.jsonl"))]
   from flax import traverse_util
 
-  pa, pb = (traverse_util.flatten_dict(runs_lib.load_params(w)) for w in (a, b))
+  pa, pb = (traverse_util.flatten_dict(engine.load_params(w)) for w in (a, b))
   return {"records": timeless(a) == timeless(b),
           "parameters": pa.keys() == pb.keys() and all(np.array_equal(pa[k], pb[k]) for k in pa),
           "arrays": len(pa)}
@@ -154,7 +154,7 @@ def main(argv) -> None:
   if shutil.which("taskset") is None or not s.cores:
     raise app.UsageError(f"--cores {list(s.cores)} needs taskset and at least one core")
   root = tempfile.mkdtemp(prefix="bench_malloc_")
-  data = {"command": " ".join(["python -m experiments.bench_malloc", *map(shlex.quote, sys.argv[1:])]),
+  data = {"command": " ".join(["python -m experiments", *map(shlex.quote, sys.argv[1:])]),
           "settings": dataclasses.asdict(s), "machine": machine.machine(), **measure(s, root)}
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as f:
@@ -162,8 +162,9 @@ def main(argv) -> None:
   print(write(data, out))
   shutil.rmtree(root)
 
-if __name__ == "__main__":
+
+def define_flags() -> None:
+  """The ``bench malloc`` verb's flags: a flag per Settings field, ``--out`` and ``--report_only``."""
   settings_lib.define(Settings)
   flags.DEFINE_string("out", None, "Output directory (results.json, README.md).", required=True)
   flags.DEFINE_bool("report_only", False, "Write README.md again from --out's results.json; measure nothing.")
-  app.run(main)

@@ -1,0 +1,67 @@
+"""python -m experiments VERB: one app over the verbs; a bad verb or flag is one line and exit status 2."""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from experiments import __main__ as app
+from experiments import sweeps
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _run(*args):
+  return subprocess.run([sys.executable, "-m", "experiments", *args], cwd=ROOT, capture_output=True, text=True,
+                        timeout=300)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "verb None; allowed: sweep, report, baselines, bench"),
+    (("train",), "verb 'train'; allowed: sweep, report, baselines, bench"),
+    (("bench", "disk"), "bench 'disk'; allowed: step, malloc, memory, attention"),
+    (("sweep", "nope"), "unknown sweep 'nope'; allowed: ['arithmetic',"),
+    (("sweep", "length_tiny", "--workers", "0"), "--workers"),
+    (("report", "x/*"), "--out"),
+])
+def test_a_bad_verb_or_flag_is_one_line_and_exit_status_2(args, message):
+  proc = _run(*args)
+  assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("python -m experiments: error: ") and message in lines[0], lines
+
+
+def test_every_verb_and_benchmark_names_a_module_with_flags_and_a_main():
+  import importlib
+
+  modules = [m for m in app.VERBS.values() if m] + list(app.BENCHMARKS.values())
+  for name in modules:
+    module = importlib.import_module(name)
+    assert callable(module.define_flags) and callable(module.main), name
+
+
+def test_sweep_list_names_every_sweep_that_the_configs_declare():
+  proc = _run("sweep", "--list")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert [line.split()[0] for line in proc.stdout.splitlines()] == sorted(sweeps.SWEEPS)
+
+
+def test_the_running_pilot_resumes_in_the_same_workdirs_under_the_new_command():
+  # experiments/results/pilot/translation/<cell>,steps=<B>/seed<s>: the names the pilot started with.
+  sweep = sweeps.get("translation_pilot")
+  workdirs = {sweep.workdir(r, "experiments/results") for r in sweep.runs}
+  assert workdirs == {f"experiments/results/pilot/translation/{cell},steps={b}/seed{s}"
+                      for cell in ("shaw", "sinusoidal") for b in (4000, 8000, 16000) for s in (0, 1)}
+
+
+def test_the_old_sweep_command_is_the_sweep_verb():
+  # The pilots were started as python -m experiments.sweep: re-running that command resumes them the same way.
+  proc = subprocess.run([sys.executable, "-m", "experiments.sweep", "translation_pilot", "--print", "--root",
+                         "experiments/results"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  new = _run("sweep", "translation_pilot", "--print", "--root", "experiments/results")
+  commands = lambda out: [line for line in out.splitlines() if "--workdir=" in line]  # not a live run's step
+  assert commands(proc.stdout) and commands(proc.stdout) == commands(new.stdout)
+  workdir = "/".join(["experiments", "results", "pilot", "translation", "shaw,steps=4000", "seed0"])
+  assert f"--workdir={workdir}" in new.stdout
