@@ -110,6 +110,10 @@ CURVE_STEPS = 8_000  # learning curves at 4x the 2,000-step budget
 # The LM pilot's model sizes (experiments/results/protocol.md).
 PILOT_SIZES = {"L2d128": (), "L4d128": (("model.num_decoder_layers", 4),),
                "L2d256": (("model.d_model", 256), ("model.num_heads", 8), ("model.d_ff", 1024))}
+# Step 1's choice by the protocol's rule: the cheaper of the two sizes whose test perplexity is at least 1.0 under
+# the 6-gram's 31.16: L4d128 (28.17) over L2d256 (24.65), whose 2 layers of d_model 256 hold about twice the
+# weights of 4 layers of 128 (1.41 against 2.01 steps/s, medians under different loads).
+PILOT_SIZE = "L4d128"
 
 
 def get_sweeps() -> dict:
@@ -151,7 +155,10 @@ def get_sweeps() -> dict:
       # 8,000 steps), then that size's budget. The cosine schedule ends by itself.
       "lm_pilot": sweep(
           "Protocol pilot: LM model sizes (seed 0, 8,000 steps), then the budget of the chosen size",
-          (run(f"shaw,{size},steps=8000", here, "pe=shaw,k=16", PILOT_SIZES[size] + budget(8_000))
-           for size in ("L4d128", "L2d256")),
+          [*(run(f"shaw,{size},steps=8000", here, "pe=shaw,k=16", PILOT_SIZES[size] + budget(8_000))
+             for size in ("L4d128", "L2d256")),
+           # Step 2: the chosen size (PILOT_SIZE) at 8,000 and 16,000 steps, 2 seeds.
+           *(run(f"shaw,{PILOT_SIZE},steps={b}", here, "pe=shaw,k=16", PILOT_SIZES[PILOT_SIZE] + budget(b), seed=s)
+             for b, s in ((8_000, 1), (16_000, 0), (16_000, 1)))],
           {**report, "steps": ("validation/perplexity",)}, "pilot/lm"),
   }
