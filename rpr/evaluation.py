@@ -34,7 +34,7 @@ def decode_limits(inputs: np.ndarray, pad_id: int, extra: int, cap: int) -> np.n
 
 
 def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Callable,
-             max_decode_length: int, splits=None) -> dict[str, float]:
+             max_decode_length: int, splits=None, decoded: dict | None = None) -> dict[str, float]:
   """Loss, token accuracy, exact match (decoded) and, for text tasks, BLEU and chrF on each split.
 
   ``config``: the run's :class:`rpr.config.Eval`. ``splits``: the names evaluated (default ``config.eval_splits``).
@@ -50,7 +50,8 @@ def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Ca
   given per input length ``n`` (non-PAD input tokens) as
   ``<split>/exact_match_by_length/<n>``; with ``config.source_length_buckets``
   a text task's BLEU and chrF are also given per bucket of input lengths
-  (:func:`by_length_buckets`).
+  (:func:`by_length_buckets`). ``decoded``, if given, receives each text
+  split's hypotheses, in the order of its references (``decoded[split]``).
   """
   results = {}
   lm = getattr(task, "is_lm", False)
@@ -96,6 +97,8 @@ def evaluate(config, task, params, mesh: Mesh, eval_fn: Callable, predict_fn: Ca
       references = task.references(split)[:len(hyps)]
       results[f"{split}/bleu"] = metrics.bleu(hyps, references)
       results[f"{split}/chrf"] = metrics.chrf(hyps, references)
+      if decoded is not None:
+        decoded[split] = hyps
       if config.source_length_buckets:
         results.update(by_length_buckets(split, hyps, references, np.concatenate(lengths),
                                          config.source_length_buckets))

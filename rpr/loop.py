@@ -9,6 +9,7 @@ stays the last good one.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable, Optional
 
@@ -18,11 +19,14 @@ from absl import logging
 
 from rpr import checkpoint
 from rpr import failures
+from rpr import records
 from rpr import stop
 from rpr.assemble import Run
 from rpr.config import evaluated_splits
 from rpr.evaluation import evaluate
 from rpr.sharding import host_batch
+
+DECODED = "decoded"  # <workdir>/decoded/<split>[_avg].txt.gz: the final evaluations' hypotheses
 
 
 class NonFiniteError(FloatingPointError):
@@ -76,7 +80,7 @@ def _evaluate_and_write(run: Run, writer, step: int, final: bool) -> dict[str, f
       results["plateau/gain"] = gain
     reached = _agreed(reached)
   if final:
-    results.update(_evaluate(run, run.eval.final_eval_splits, run.final_predict_fn, run.state.params))
+    results.update(_evaluate(run, run.eval.final_eval_splits, run.final_predict_fn, run.state.params, save=""))
     results.update(_averaged(run, step, run.eval.eval_splits))
   if results:
     _write(run, writer, step, results)
@@ -104,7 +108,7 @@ def _finish_at_plateau(run: Run, writer, step: int) -> dict[str, float]:
   logging.info("Plateau reached at step %d (config.plateau_metric %s): the final evaluation.", step,
                run.budget.plateau_metric)
   t0 = time.time()
-  results = {**_evaluate(run, run.eval.final_eval_splits, run.final_predict_fn, run.state.params),
+  results = {**_evaluate(run, run.eval.final_eval_splits, run.final_predict_fn, run.state.params, save=""),
              **_averaged(run, step, run.eval.eval_splits), "plateau/reached": 1.0}
   _write(run, writer, step, results)
   logging.info("final eval step %d (%.1fs): %s", step, time.time() - t0,
@@ -112,11 +116,22 @@ def _finish_at_plateau(run: Run, writer, step: int) -> dict[str, float]:
   return results
 
 
-def _evaluate(run: Run, splits, predict_fn, params) -> dict[str, float]:
+def _evaluate(run: Run, splits, predict_fn, params, save: Optional[str] = None) -> dict[str, float]:
+  """``save`` (a suffix: "" for the final state, "_avg" for the averaged one): each text split's hypotheses go to
+  ``<workdir>/decoded/<split><save>.txt.gz``, one line per reference, so that tests over the test set (a paired
+  bootstrap) can be rerun from the workdir; written before the metrics, so a run killed between the two
+  rewrites them when it resumes."""
   if not splits:
     return {}
-  return evaluate(run.eval, run.task, params, run.mesh, run.eval_fn, predict_fn, run.model_config.max_length,
-                  splits)
+  decoded = {} if save is not None else None
+  results = evaluate(run.eval, run.task, params, run.mesh, run.eval_fn, predict_fn, run.model_config.max_length,
+                     splits, decoded)
+  if decoded and jax.process_index() == 0:
+    os.makedirs(os.path.join(run.workdir, DECODED), exist_ok=True)
+    for split, hyps in decoded.items():
+      records.replace_lines(os.path.join(run.workdir, DECODED, f"{split}{save}.txt.gz"), [h.replace("\n", " ") + "\n" for h in hyps],
+                            compressed=True)
+  return results
 
 
 def _averaged(run: Run, step: int, splits) -> dict[str, float]:
@@ -134,7 +149,7 @@ def _averaged(run: Run, step: int, splits) -> dict[str, float]:
   logging.info("Evaluating the mean of the parameters of the checkpoints of steps %s.", steps)
   params = run.ckpt.average_params(run.abstract_state, steps)
   results = {**_evaluate(run, splits, run.predict_fn, params),
-             **_evaluate(run, run.eval.final_eval_splits, run.final_predict_fn, params)}
+             **_evaluate(run, run.eval.final_eval_splits, run.final_predict_fn, params, save="_avg")}
   return {"{}_avg/{}".format(*k.split("/", 1)): v for k, v in results.items()}
 
 

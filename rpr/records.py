@@ -12,6 +12,7 @@ is skipped with one warning. Any other line that is not a record is
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import time
@@ -35,13 +36,18 @@ def unwritable(path: str, e: OSError) -> Unwritable:
                     "(or make it writable), then run the same command to resume")
 
 
-def replace_lines(path: str, lines: list[str]) -> None:
+def replace_lines(path: str, lines: list[str], compressed: bool = False) -> None:
   """``path`` holds ``lines``, replaced atomically (a kill leaves the old file or the new one); :class:`Unwritable`
-  if it cannot be written, the old file left as it was."""
+  if it cannot be written, the old file left as it was. ``compressed``: gzip, with no time stamp (the same lines
+  give the same bytes)."""
   tmp = path + ".tmp"
   try:
-    with open(tmp, "w", encoding="utf-8") as f:
-      f.writelines(lines)
+    if compressed:
+      with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
+        f.write("".join(lines).encode("utf-8"))
+    else:
+      with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(lines)
     os.replace(tmp, path)
   except OSError as e:
     if os.path.exists(tmp):

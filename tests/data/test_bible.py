@@ -7,6 +7,7 @@ fetches it into ``~/rpr_data`` if absent, and is skipped if it cannot.
 """
 
 import dataclasses
+import gzip
 import logging
 import os
 import re
@@ -17,7 +18,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from rpr import data, progress
+from rpr import data, metrics, progress
 from rpr.data import bible, corpus, fetch
 from rpr.data.task import EOS, PAD
 from tests.conftest import assert_fetched_and_checked, assert_rows_are_slices, real_builder
@@ -220,9 +221,19 @@ def test_translation_config_variants_validate_and_tiny_runs_end_to_end(tmp_path,
   config = translation.get_config("tiny")
   config.data_dir, config.corpus_dir = data_dir, wheel[0]  # generated from the small wheel already
   config.tokens_per_batch, config.max_length = 64, 32  # 16 training pairs must fill a batch
+  config.checkpoint_every_steps, config.average_last = 2, 2  # the final state, and the mean of steps 2 and 4
   results = train_run(config, str(tmp_path / "run"))
   assert results["step"] == 4 and 0.0 <= results["validation/bleu"] <= 100.0
   assert 0.0 <= results["test/bleu"] <= 100.0  # final_eval_splits: test at the last step only
+  # The final evaluations' hypotheses are kept, one line per reference: their BLEU is the recorded one.
+  decoded = tmp_path / "run" / "decoded"
+  assert sorted(os.listdir(decoded)) == ["test.txt.gz", "test_avg.txt.gz"]  # validation is not kept
+  references = make_task(data_dir, wheel).references("test")
+  for name, key in (("test.txt.gz", "test/bleu"), ("test_avg.txt.gz", "test_avg/bleu")):
+    with gzip.open(decoded / name, "rt", encoding="utf-8") as f:
+      hyps = f.read().splitlines()
+    assert len(hyps) == config.eval_batch_size  # max_eval_batches = 1: the first 8 of the 10 references
+    assert metrics.bleu(hyps, references[:len(hyps)]) == pytest.approx(results[key], abs=1e-9)
   buckets = {k: v for k, v in results.items() if k.startswith("test/sentences_by_length/")}
   assert buckets and sum(buckets.values()) == config.eval_batch_size  # one batch, every row in one bucket
   assert all(0.0 <= results[k.replace("sentences", "bleu")] <= 100.0 for k in buckets)
