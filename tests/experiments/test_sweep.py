@@ -251,13 +251,6 @@ def test_arithmetic_sweeps_cover_the_registry_seed_major():
   assert {(c.arithmetic_config, c.num_train_steps) for _, c in full} == {("n1000_addsub", 20_000)}
 
 
-def test_worker_command_drops_the_workers_flag_in_either_spelling():
-  # `--workers 2` once left "2" behind, which the workers then read as the sweep's name.
-  assert sweep_lib._without_flag(["arithmetic_full", "--workers", "2", "--seeds", "1"], "workers") == [
-      "arithmetic_full", "--seeds", "1"]
-  assert sweep_lib._without_flag(["--workers=2", "x", "--workersfoo=1"], "workers") == ["x", "--workersfoo=1"]
-
-
 def test_a_shared_cell_is_the_other_sweeps_run_with_the_same_config():
   shared = [(s, r) for s in sweeps.SWEEPS.values() for r in s.runs if r.same_as]
   assert {(s.name, r.name) for s, r in shared} == {
@@ -306,14 +299,6 @@ def test_every_cell_of_a_longer_sweep_is_trained_by_its_shorter_sweeps(name):
   shorter = {cell(r) for other in sweep.shorter for r in sweeps.get(other).runs}
   missing = sorted({r.name for r in sweep.runs if cell(r) not in shorter})
   assert not missing, missing
-
-
-def test_a_worker_is_pinned_to_one_core_before_jax_starts():
-  # In a subprocess, so the test's own process keeps its cores. The i-th worker takes the i-th core (mod their count).
-  code = ("import os; from experiments import sweep; cores = sorted(os.sched_getaffinity(0)); "
-          "core = cores[3 % len(cores)]; print(sweep.pin_to_one_core(3) == core, os.sched_getaffinity(0) == {core})")
-  proc = subprocess.run([sys.executable, "-c", code], cwd=sweeps.ROOT, capture_output=True, text=True, timeout=120)
-  assert proc.stdout.split() == ["True", "True"], proc.stderr[-2000:]
 
 
 def test_time_left_uses_the_finished_runs_rate_when_none_is_in_progress_and_says_a_plateau_may_stop_sooner():
