@@ -178,10 +178,14 @@ class RunJob(submitit.helpers.Checkpointable):
 
   def _train_here(self) -> str:
     from rpr import stop
+    from rpr import workdir as workdir_lib
 
     with stop.handle_signals():
       try:
         result = engine.train(engine.validate(self.job.config, self.job.workdir), self.job.workdir) or {}
+      except workdir_lib.Busy as e:  # another process trains it: not a failure of the run
+        logging.warning("%s; going on with the next run.", e)
+        return "busy"
       except Exception:  # pylint: disable=broad-except
         logging.exception("%s failed.", self.job.name)  # not raised: the debug executor would start pdb
         return "failed"
@@ -232,17 +236,20 @@ def launch(jobs: Sequence[Job], options: Options, folder: str, env: Optional[dic
   """Submits every unfinished job of ``jobs``; their workdirs by outcome.
 
   Outcomes: ``skipped`` (finished before), ``done``, ``stopped`` (a signal stopped it, saved), ``failed``
-  (local, debug) and ``submitted`` (slurm: the array is in the queue; :func:`status` follows it). ``local`` and
-  ``debug`` return when their jobs have ended; SIGTERM or Ctrl-C stops every running run after its current step
-  (each saves a checkpoint) and starts no more. ``env``: environment variables of every run (local, slurm).
+  (local, debug), ``busy`` (debug: another process holds its workdir) and ``submitted`` (slurm: the array is in the
+  queue; :func:`status` follows it). ``local`` and ``debug`` return when their jobs have ended; SIGTERM or Ctrl-C
+  stops every running run after its current step (each saves a checkpoint) and starts no more. ``env``: environment
+  variables of every run (local, slurm).
   """
   options.check()
   os.makedirs(folder, exist_ok=True)
-  outcome = {"skipped": [], "done": [], "stopped": [], "failed": [], "submitted": []}
+  outcome = {"skipped": [], "done": [], "stopped": [], "failed": [], "busy": [], "submitted": []}
   todo = []
   for job in jobs:
     done_before = finished(job.workdir, job.config)
     (outcome["skipped"] if done_before else todo).append(job.workdir if done_before else job)
+    if done_before:
+      logging.info("%s: finished, skipped.", job.workdir)
   if not todo:
     return outcome
   executor = make_executor(options, folder)

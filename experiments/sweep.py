@@ -26,13 +26,11 @@ local run after its current step (each saves a checkpoint) and ends the sweep wi
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shlex
 import statistics
 import sys
-import time
 from typing import Any, Optional, Sequence
 
 from absl import app
@@ -174,66 +172,6 @@ def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) ->
            *map(shlex.quote, shorter), "--out",
            shlex.quote(out or os.path.join("experiments", "results", sweep.folder))]
   return " ".join(words)
-
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-  """One training run: its config, its workdir and the command that reproduces it (for the log)."""
-  config: Any
-  workdir: str
-  command: str = ""
-
-
-def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
-  """The one runner: trains every unfinished job in turn; its workdirs by outcome.
-
-  Outcomes: ``done``, ``skipped``, ``failed``, ``stopped``, ``busy``. Every
-  config is validated before the first run starts, so a bad value fails at
-  once. A finished run (:func:`finished`) is skipped, one whose workdir
-  another process holds is passed over (``busy``), a failing one is logged
-  and the rest go on, and a run that a signal stopped (saved, resumable)
-  ends the loop: the runs after it are not started.
-  """
-  if train_fn is None:  # every config fails before any run trains, parsed once; the run's start logs its resume
-    parsed = {job.workdir: engine.validate(job.config, job.workdir) for job in jobs}
-    train_fn = lambda config, workdir: engine.train(parsed[workdir], workdir)
-  from rpr import stop
-
-  outcome = {"done": [], "skipped": [], "failed": [], "stopped": [], "busy": []}
-  for i, job in enumerate(jobs):
-    if stop.requested():
-      outcome["stopped"].append(job.workdir)
-      break
-    if finished(job.workdir, job.config):
-      logging.info("[%d/%d] %s: finished, skipped.", i + 1, len(jobs), job.workdir)
-      outcome["skipped"].append(job.workdir)
-      continue
-    logging.info("[%d/%d] %s: %s", i + 1, len(jobs), job.workdir, job.command)
-    t0 = time.time()
-    try:
-      result = train_fn(job.config, job.workdir) or {}
-    except workdir_lib.Busy as e:  # another worker trains it: not a failure of the run
-      logging.warning("%s; going on with the next run.", e)
-      outcome["busy"].append(job.workdir)
-      continue
-    except Exception:  # pylint: disable=broad-except
-      logging.exception("%s failed; going on with the next run.", job.workdir)
-      outcome["failed"].append(job.workdir)
-      continue
-    if result.get("stopped_by_signal"):
-      logging.warning("%s stopped by a signal (checkpoint saved); the runs stop. Run the same command to "
-                      "resume.", job.workdir)
-      outcome["stopped"].append(job.workdir)
-      break
-    logging.info("%s: done in %.1f min.", job.workdir, (time.time() - t0) / 60)
-    outcome["done"].append(job.workdir)
-  return outcome
-
-
-def run_sweep(sweep: sweeps.Sweep, root: str, runs: list[sweeps.Run], train_fn=None) -> dict[str, list[str]]:
-  """:func:`train_all` over ``runs`` of ``sweep``, each in ``<root>/<sweep>/<run name>/seed<seed>``."""
-  return train_all([Job(load_config(r, root), sweep.workdir(r, root), command(r, root, sweep.name))
-                    for r in runs], train_fn)
 
 
 def launch_jobs(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> list[launch.Job]:

@@ -11,6 +11,7 @@ import pytest
 
 from configs import translation
 from experiments import engine
+from experiments import launch
 from experiments import paper
 from experiments import runs as runs_lib
 from experiments import sections
@@ -145,7 +146,16 @@ def _finish(workdir, steps, evaluated=True, splits=("valid", "long"), rate=None)
   (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-def test_run_sweep_trains_in_turn_skips_finished_runs_and_goes_on_after_a_failure(tmp_path):
+def _debug(sweep, root, monkeypatch, fake_train, runs=None):
+  """The sweep's runs through the launcher's debug executor (in this process), trained by ``fake_train(config,
+  workdir)`` on the unparsed config."""
+  monkeypatch.setattr(engine, "validate", lambda config, workdir=None: config)
+  monkeypatch.setattr(engine, "train", fake_train)
+  jobs = sweep_lib.launch_jobs(sweep, list(runs or sweep.runs), root)
+  return launch.launch(jobs, launch.Options(executor="debug"), sweep_lib.submitit_folder(sweep, root))
+
+
+def test_a_sweep_trains_in_turn_skips_finished_runs_and_goes_on_after_a_failure(tmp_path, monkeypatch):
   sweep = sweeps.get("length_tiny")
   root = str(tmp_path)
   calls = []
@@ -159,13 +169,13 @@ def test_run_sweep_trains_in_turn_skips_finished_runs_and_goes_on_after_a_failur
   first = sweep.runs[0]
   _finish(pathlib.Path(sweep.workdir(first, root)), 10)  # finished before
   _finish(pathlib.Path(sweep.workdir(sweep.runs[1], root)), 5)  # stopped half way: resumed
-  outcome = sweep_lib.run_sweep(sweep, root, list(sweep.runs), train_fn=fake_train)
+  outcome = _debug(sweep, root, monkeypatch, fake_train)
   assert outcome["skipped"] == [sweep.workdir(first, root)]
   assert [(p, s) for p, s, _ in calls] == [("shaw", 1), ("sinusoidal", 0), ("sinusoidal", 1)]
   assert len(outcome["done"]) == 2 and outcome["failed"] == [sweep.workdir(sweep.runs[3], root)]
   # Run again: only the failed run is left.
   calls.clear()
-  outcome = sweep_lib.run_sweep(sweep, root, list(sweep.runs), train_fn=fake_train)
+  outcome = _debug(sweep, root, monkeypatch, fake_train)
   assert [(p, s) for p, s, _ in calls] == [("sinusoidal", 1)] and len(outcome["skipped"]) == 3
 
 
@@ -180,7 +190,8 @@ def test_a_finished_run_is_skipped_without_a_word_about_resuming_it(tmp_path, ca
                                                    "xla_flags": "--xla_some_other_machine"}))
   _finish(workdir, config.num_train_steps, splits=rpr_config.evaluated_splits(config))
   with caplog.at_level(logging.INFO):
-    outcome = sweep_lib.train_all([sweep_lib.Job(config, str(workdir))])
+    outcome = launch.launch([launch.Job("run", str(workdir), (), config)], launch.Options(executor="debug"),
+                            str(tmp_path / "submitit"))
   assert outcome["skipped"] == [str(workdir)]
   assert not [r.message for r in caplog.records if "Resuming" in r.message]
 
@@ -230,7 +241,7 @@ def test_select_and_unknown_names_fail_clearly():
     sweeps.get("table9")
 
 
-def test_a_run_stopped_by_a_signal_stops_the_sweep(tmp_path):
+def test_a_run_stopped_by_a_signal_stops_the_sweep(tmp_path, monkeypatch):
   sweep = sweeps.get("length_tiny")
   calls = []
 
@@ -238,7 +249,7 @@ def test_a_run_stopped_by_a_signal_stops_the_sweep(tmp_path):
     calls.append(workdir)
     return {"stopped_by_signal": 1.0, "step": 3.0}  # saved half way, as SIGTERM leaves a run
 
-  outcome = sweep_lib.run_sweep(sweep, str(tmp_path), list(sweep.runs), train_fn=fake_train)
+  outcome = _debug(sweep, str(tmp_path), monkeypatch, fake_train)
   assert len(calls) == 1 and outcome["stopped"] == calls and not outcome["done"]
 
 
