@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import sqlite3
+import time
 import zipfile
 
 import numpy as np
@@ -125,6 +126,13 @@ def test_vocabulary_is_trained_on_the_train_split_only(tmp_path, wheel, spm_trai
 def test_generating_the_data_training_the_vocabulary_and_tokenising_each_log_their_progress(tmp_path, wheel,
                                                                                            monkeypatch, caplog):
   monkeypatch.setattr(progress, "EVERY_SECONDS", 0.05)
+  fetched = fetch.fetch
+
+  def slow_fetch(*args, **kwargs):  # generating takes well over one interval, however fast the machine
+    time.sleep(0.5)
+    return fetched(*args, **kwargs)
+
+  monkeypatch.setattr(fetch, "fetch", slow_fetch)
   caplog.set_level(logging.INFO, logger="absl")
   make_task(str(tmp_path), wheel)
   lines = [re.sub(r"\d+:\d\d:\d\d", "T", r.getMessage()) for r in caplog.records if r.module == "progress"]
