@@ -225,15 +225,15 @@ def _start(config, single: bool) -> None:
 
 def _compare(config, workdir: str) -> None:
   """``config`` once per scheme of QUICK_SCHEMES (``<workdir>/<scheme>``), then the report beside the bound."""
+  from experiments import launch
   from experiments import report
-  from experiments import sweep
 
   jobs = []
   for scheme in QUICK_SCHEMES:
     c = config.copy_and_resolve_references()
     c.model.position = scheme
-    jobs.append(sweep.Job(c, os.path.join(workdir, scheme), f"python run.py --workdir={workdir} (pe={scheme})"))
-  outcome = sweep.train_all(jobs)
+    jobs.append(launch.Job(f"pe={scheme}", os.path.join(workdir, scheme), (), c))
+  outcome = launch.launch(jobs, launch.Options(executor="debug"), os.path.join(workdir, "submitit"))  # in turn, here
   if outcome["stopped"]:
     sys.exit(STOPPED)
   if outcome["failed"]:

@@ -1,6 +1,7 @@
 """The experiments app: ``python -m experiments VERB [flags]``, run from the repository root.
 
-  python -m experiments sweep NAME [--workers N] [--print] [--root DIR]   # train (or print) a named sweep
+  python -m experiments sweep NAME [--executor=local|slurm|debug] [--workers N] [--print] [--root DIR]   # train
+  python -m experiments sweep NAME --status                               # every run: state, step, ETA, log
   python -m experiments sweep --list                                      # the sweeps, from configs/<task>.py
   python -m experiments report GLOB... --metric M --out DIR [...]         # tables and plots of finished runs
   python -m experiments baselines [--out DIR]                             # the real-text tables' baselines

@@ -1,7 +1,9 @@
 """Runs a named sweep (``configs/<task>.py``'s ``get_sweeps()``, read by experiments/sweeps.py), or prints each
 run's command.
 
-  python -m experiments sweep table2_cpu              # train every run here, in this process
+  python -m experiments sweep table2_cpu              # train every run here, one at a time (--workers N: N at once)
+  python -m experiments sweep table2_cpu --executor=slurm --partition=gpu --gpus_per_node=8   # a SLURM job array
+  python -m experiments sweep table2_cpu --status     # every run: queued, running, done, failed; step, ETA, log
   python -m experiments sweep table2_cpu --print      # one `python run.py ...` line per run, for a cluster,
                                                       # then the report's command
   python -m experiments sweep --list                  # the registered sweeps and their sizes
@@ -13,23 +15,22 @@ latest checkpoint, so re-running a sweep finishes whatever is left. A failing ru
 (exit status 1). Compiled programs are kept in a persistent JAX cache (``--compilation_cache``), so the seeds of
 one variant compile once. ``--print`` also prints the steps left, their hours, and the report's command.
 
-Where the runs train is one function, :func:`execute` (the seam a cluster launcher replaces): here, in this
-process, or with ``--workers N`` in N local processes, each pinned to one core (:func:`pin_to_one_core`) and taking
-every N-th run, after the files the runs share are made once, so XLA:CPU runs one thread per worker
-(``--xla_cpu_multi_thread_eigen=false`` alone does not do that in jax 0.10.2). SIGTERM or Ctrl-C stops every run
-after its current step (each saves a checkpoint) and ends the sweep with exit status 3 (``rpr.stop.STOPPED``); the
-same command resumes it.
+Where the runs train is the launcher's (experiments/launch.py): each run a submitit job. ``--executor=local``
+(default) runs ``run.py`` processes, ``--workers N`` at once, each pinned to one core with one XLA:CPU thread
+(``--pin``); ``slurm`` submits one job array (``--partition``, ``--nodes``, ``--gpus_per_node``, ...); ``debug`` trains
+in this process. Each job's logs are in ``<root>/<folder>/submitit``; ``--status`` lists every run's state, step, ETA
+and log. With ``--workers N`` or ``slurm``, the files the runs share are made first. SIGTERM or Ctrl-C stops every
+local run after its current step (each saves a checkpoint) and ends the sweep with exit status 3
+(``rpr.stop.STOPPED``); the same command resumes it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shlex
 import statistics
 import sys
-import time
 from typing import Any, Optional, Sequence
 
 from absl import app
@@ -37,12 +38,13 @@ from absl import flags
 from absl import logging
 
 from experiments import engine
+from experiments import launch
+from experiments import settings
 from experiments import sweeps
 from rpr import workdir as workdir_lib
 from rpr.stop import STOPPED
 
 FLAGS = flags.FLAGS
-SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 
 
 def load_config(run: sweeps.Run, root: str):
@@ -144,24 +146,7 @@ def _time_left(steps: int, rates: dict[bool, list[float]], plateau_rule: bool) -
           f"its {whose} (evaluations included; divide by the processes run side by side)")
 
 
-def finished(workdir: str, config) -> bool:
-  """Whether ``workdir`` holds the run's last step with the evaluation of every split the config evaluates there.
-
-  Those are ``eval_splits`` and ``final_eval_splits``; without any, the last step's log is enough. The last
-  step is ``num_train_steps``, or the step where the plateau rule stopped the run (``plateau/reached``).
-  """
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return False
-  with open(path, encoding="utf-8") as f:
-    records = [json.loads(line) for line in f if line.strip()]
-  splits = engine.evaluated_splits(config)
-  end = engine.end_step(records, config.num_train_steps)
-  last = {}
-  for r in records:
-    if r["step"] >= end:
-      last.update(r)
-  return bool(last) and all(f"{s}/loss" in last for s in splits)
+finished = launch.finished  # the launcher skips and reports the runs it finds finished
 
 
 def select(sweep: sweeps.Sweep, only=(), seeds=()) -> list[sweeps.Run]:
@@ -189,87 +174,15 @@ def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) ->
   return " ".join(words)
 
 
-@dataclasses.dataclass(frozen=True)
-class Job:
-  """One training run: its config, its workdir and the command that reproduces it (for the log)."""
-  config: Any
-  workdir: str
-  command: str = ""
+def launch_jobs(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> list[launch.Job]:
+  """The launcher's job of each run: ``run.py``'s flags (:func:`command`) and the run's config."""
+  return [launch.Job(f"{run.name}/seed{run.seed}", sweep.workdir(run, root),
+                     tuple(shlex.split(command(run, root, sweep.name))[2:]), load_config(run, root)) for run in runs]
 
 
-def train_all(jobs: Sequence[Job], train_fn=None) -> dict[str, list[str]]:
-  """The one runner: trains every unfinished job in turn; its workdirs by outcome.
-
-  Outcomes: ``done``, ``skipped``, ``failed``, ``stopped``, ``busy``. Every
-  config is validated before the first run starts, so a bad value fails at
-  once. A finished run (:func:`finished`) is skipped, one whose workdir
-  another process holds is passed over (``busy``), a failing one is logged
-  and the rest go on, and a run that a signal stopped (saved, resumable)
-  ends the loop: the runs after it are not started.
-  """
-  if train_fn is None:  # every config fails before any run trains, parsed once; the run's start logs its resume
-    parsed = {job.workdir: engine.validate(job.config, job.workdir) for job in jobs}
-    train_fn = lambda config, workdir: engine.train(parsed[workdir], workdir)
-  from rpr import stop
-
-  outcome = {"done": [], "skipped": [], "failed": [], "stopped": [], "busy": []}
-  for i, job in enumerate(jobs):
-    if stop.requested():
-      outcome["stopped"].append(job.workdir)
-      break
-    if finished(job.workdir, job.config):
-      logging.info("[%d/%d] %s: finished, skipped.", i + 1, len(jobs), job.workdir)
-      outcome["skipped"].append(job.workdir)
-      continue
-    logging.info("[%d/%d] %s: %s", i + 1, len(jobs), job.workdir, job.command)
-    t0 = time.time()
-    try:
-      result = train_fn(job.config, job.workdir) or {}
-    except workdir_lib.Busy as e:  # another worker trains it: not a failure of the run
-      logging.warning("%s; going on with the next run.", e)
-      outcome["busy"].append(job.workdir)
-      continue
-    except Exception:  # pylint: disable=broad-except
-      logging.exception("%s failed; going on with the next run.", job.workdir)
-      outcome["failed"].append(job.workdir)
-      continue
-    if result.get("stopped_by_signal"):
-      logging.warning("%s stopped by a signal (checkpoint saved); the runs stop. Run the same command to "
-                      "resume.", job.workdir)
-      outcome["stopped"].append(job.workdir)
-      break
-    logging.info("%s: done in %.1f min.", job.workdir, (time.time() - t0) / 60)
-    outcome["done"].append(job.workdir)
-  return outcome
-
-
-def run_sweep(sweep: sweeps.Sweep, root: str, runs: list[sweeps.Run], train_fn=None) -> dict[str, list[str]]:
-  """:func:`train_all` over ``runs`` of ``sweep``, each in ``<root>/<sweep>/<run name>/seed<seed>``."""
-  return train_all([Job(load_config(r, root), sweep.workdir(r, root), command(r, root, sweep.name))
-                    for r in runs], train_fn)
-
-
-def execute(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str, workers: int = 1, argv: Sequence[str] = ()
-            ) -> int:
-  """Trains ``runs`` of ``sweep`` under ``root``; the sweep's exit status (0, 1 if a run failed, STOPPED).
-
-  The one place that decides where runs train, and the seam a cluster launcher replaces: with ``workers`` 1 in
-  this process, one run after another (:func:`run_sweep`); else the local process pool, ``workers`` processes of
-  this command (``argv``: its arguments after the verb) each pinned to one core (:func:`run_workers`).
-  """
-  if workers > 1:
-    engine.prepare_data(load_config(r, root) for r in runs)  # once, before the workers race to make the same files
-    return run_workers(workers, argv, root)
-  from rpr import stop
-
-  with stop.handle_signals():
-    outcome = run_sweep(sweep, root, list(runs))
-  logging.info("Sweep %s: %d trained, %d skipped (finished before), %d failed%s.", sweep.name,
-               len(outcome["done"]), len(outcome["skipped"]), len(outcome["failed"]),
-               "".join(f"\n  failed: {w}" for w in outcome["failed"]))
-  if outcome["stopped"]:
-    return STOPPED
-  return 1 if outcome["failed"] else 0
+def submitit_folder(sweep: sweeps.Sweep, root: str) -> str:
+  """Where the sweep's jobs keep their logs, pickles and ``jobs.json``: ``<root>/<the sweep's folder>/submitit``."""
+  return os.path.join(root, sweep.folder, "submitit")
 
 
 def define_flags() -> None:
@@ -279,9 +192,8 @@ def define_flags() -> None:
   flags.DEFINE_bool("list", False, "List the registered sweeps.")
   flags.DEFINE_multi_string("only", [], "Run only the runs of these names (e.g. k=4).")
   flags.DEFINE_list("seeds", [], "Run only these seeds (e.g. 0,1).")
-  flags.DEFINE_integer("workers", 1, "Train this many runs at once, each in its own process pinned to one core.",
-                       lower_bound=1)
-  flags.DEFINE_string("worker", "", "Internal: 'i/n' trains runs i, i+n, i+2n, ... of the selection.")
+  flags.DEFINE_bool("status", False, "List every run: queued, running, done or failed, its step, ETA and log.")
+  settings.define(launch.Options)  # --executor, --workers, the SLURM resources (experiments/launch.py)
   flags.DEFINE_string("compilation_cache", "{root}/jax_cache", "JAX persistent compilation cache ('' for none): "
                       "runs that differ only in seed compile the same programs.")
 
@@ -293,7 +205,9 @@ def main(argv) -> int:
     return 0
   if len(argv) != 2:
     raise app.UsageError(f"name one sweep; allowed: {sorted(sweeps.SWEEPS)}")
+  options = settings.parse(launch.Options)
   try:
+    options.check()
     sweep = sweeps.get(argv[1])
     runs = select(sweep, FLAGS.only, [int(s) for s in FLAGS.seeds])
   except ValueError as e:
@@ -302,73 +216,39 @@ def main(argv) -> int:
   if FLAGS.print:
     print_sweep(sweep, runs, root)
     return 0
+  jobs, folder = launch_jobs(sweep, runs, root), submitit_folder(sweep, root)
+  if FLAGS.status:
+    rows = launch.status(jobs, folder)
+    print(launch.format_status(rows))
+    if all(r.state == "done" for r in rows):
+      print("report: " + report_command(sweep, root))
+    return 0
   from rpr import checkpoint
 
   checkpoint.quiet_orbax_logs()
   logging.set_verbosity(logging.INFO)
-  if FLAGS.compilation_cache:
+  cache = FLAGS.compilation_cache.format(root=root)
+  env = {"JAX_COMPILATION_CACHE_DIR": os.path.abspath(cache), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5"
+         } if cache else {}
+  if cache and options.executor == "debug":
     import jax
 
-    jax.config.update("jax_compilation_cache_dir", FLAGS.compilation_cache.format(root=root))
+    jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-  workers = 1 if FLAGS.worker else FLAGS.workers
-  if FLAGS.worker:
-    i, n = (int(v) for v in FLAGS.worker.split("/"))
-    runs = runs[i::n]
-    core = pin_to_one_core(i)
-    logging.info("Worker %d of %d on %s.", i, n, "core %d" % core if core is not None else "every core (no "
-                 "sched_setaffinity here)")
-  status = execute(sweep, runs, root, workers, argv[1:])
-  if not FLAGS.worker and status != STOPPED:
+  if options.executor == "slurm" or options.workers > 1:
+    engine.prepare_data(job.config for job in jobs)  # once, before the jobs race to make the same files
+  outcome = launch.launch(jobs, options, folder, env=env)
+  logging.info("Sweep %s: %d trained, %d skipped (finished before), %d failed, %d submitted%s.", sweep.name,
+               len(outcome["done"]), len(outcome["skipped"]), len(outcome["failed"]), len(outcome["submitted"]),
+               "".join(f"\n  failed: {w}" for w in outcome["failed"]))
+  if outcome["stopped"]:
+    return STOPPED
+  if outcome["submitted"]:
+    logging.info("Follow it with: python -m experiments sweep %s --status%s", sweep.name,
+                 "" if root == "workdirs/sweeps" else f" --root {shlex.quote(root)}")
+  elif not outcome["failed"]:
     logging.info("Report: %s", report_command(sweep, root))
-  return status
-
-
-def pin_to_one_core(i: int) -> Optional[int]:
-  """Pins this process to the ``i``-th (mod their count) of the cores it may run on, and returns that core.
-
-  Before JAX starts its CPU client, so XLA's thread pool runs on that core alone. None where the system has no
-  ``os.sched_setaffinity`` (macOS): the process is left as it is.
-  """
-  if not hasattr(os, "sched_setaffinity"):
-    return None
-  cores = sorted(os.sched_getaffinity(0))
-  core = cores[i % len(cores)]
-  os.sched_setaffinity(0, {core})
-  return core
-
-
-def run_workers(n: int, args: Sequence[str], root: str) -> int:
-  """This command in ``n`` worker processes (``--worker=i/n``), each pinned to one core; the worst exit status."""
-  import signal
-  import subprocess
-
-  env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD).strip())
-  argv = _without_flag(sys.argv[1:], "workers")
-  procs = [subprocess.Popen([sys.executable, "-m", "experiments", *argv, f"--worker={i}/{n}"],
-                            cwd=str(sweeps.ROOT), env=env) for i in range(n)]
-  forward = lambda signum, frame: [p.send_signal(signum) for p in procs]
-  previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
-  try:
-    codes = [p.wait() for p in procs]
-  finally:
-    for s, handler in previous.items():
-      signal.signal(s, handler)
-  logging.info("Workers ended with %s. Report: %s", codes, report_command(sweeps.get(args[0]), root))
-  return STOPPED if STOPPED in codes else max(codes)
-
-
-def _without_flag(argv: list[str], name: str) -> list[str]:
-  """``argv`` without ``--name=V``, ``--name V`` (or ``-name``)."""
-  out, skip = [], False
-  for a in argv:
-    if skip:
-      skip = False
-    elif a.lstrip("-") == name and a.startswith("-"):
-      skip = True  # the value is the next word
-    elif not (a.startswith("-") and a.lstrip("-").split("=", 1)[0] == name):
-      out.append(a)
-  return out
+  return 1 if outcome["failed"] else 0
 
 
 if __name__ == "__main__":  # the pilots' old command, python -m experiments.sweep ...: the app's sweep verb

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from experiments import sweep as sweep_lib
+from experiments import engine
+from experiments import launch
 from rpr import checkpoint
 from rpr import train
 from rpr import workdir
@@ -55,7 +56,7 @@ def _busy(path):
   raise workdir.Busy(f"--workdir {path!r} is in use")
 
 
-def test_a_sweep_passes_over_a_busy_run_and_trains_the_rest(tmp_path):
+def test_a_sweep_passes_over_a_busy_run_and_trains_the_rest(tmp_path, monkeypatch):
   calls = []
 
   def fake_train(config, path):
@@ -64,8 +65,10 @@ def test_a_sweep_passes_over_a_busy_run_and_trains_the_rest(tmp_path):
       _busy(path)
     return {}
 
-  jobs = [sweep_lib.Job(tiny_config(**FAST), str(tmp_path / name)) for name in ("a", "b")]
-  outcome = sweep_lib.train_all(jobs, train_fn=fake_train)
+  monkeypatch.setattr(engine, "validate", lambda config, workdir=None: config)
+  monkeypatch.setattr(engine, "train", fake_train)
+  jobs = [launch.Job(name, str(tmp_path / name), (), tiny_config(**FAST)) for name in ("a", "b")]
+  outcome = launch.launch(jobs, launch.Options(executor="debug"), str(tmp_path / "submitit"))
   assert outcome["busy"] == [str(tmp_path / "a")] and outcome["done"] == [str(tmp_path / "b")]
   assert not outcome["failed"]
 

@@ -11,6 +11,7 @@ import pytest
 
 from configs import translation
 from experiments import engine
+from experiments import launch
 from experiments import paper
 from experiments import runs as runs_lib
 from experiments import sections
@@ -145,7 +146,16 @@ def _finish(workdir, steps, evaluated=True, splits=("valid", "long"), rate=None)
   (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-def test_run_sweep_trains_in_turn_skips_finished_runs_and_goes_on_after_a_failure(tmp_path):
+def _debug(sweep, root, monkeypatch, fake_train, runs=None):
+  """The sweep's runs through the launcher's debug executor (in this process), trained by ``fake_train(config,
+  workdir)`` on the unparsed config."""
+  monkeypatch.setattr(engine, "validate", lambda config, workdir=None: config)
+  monkeypatch.setattr(engine, "train", fake_train)
+  jobs = sweep_lib.launch_jobs(sweep, list(runs or sweep.runs), root)
+  return launch.launch(jobs, launch.Options(executor="debug"), sweep_lib.submitit_folder(sweep, root))
+
+
+def test_a_sweep_trains_in_turn_skips_finished_runs_and_goes_on_after_a_failure(tmp_path, monkeypatch):
   sweep = sweeps.get("length_tiny")
   root = str(tmp_path)
   calls = []
@@ -159,13 +169,13 @@ def test_run_sweep_trains_in_turn_skips_finished_runs_and_goes_on_after_a_failur
   first = sweep.runs[0]
   _finish(pathlib.Path(sweep.workdir(first, root)), 10)  # finished before
   _finish(pathlib.Path(sweep.workdir(sweep.runs[1], root)), 5)  # stopped half way: resumed
-  outcome = sweep_lib.run_sweep(sweep, root, list(sweep.runs), train_fn=fake_train)
+  outcome = _debug(sweep, root, monkeypatch, fake_train)
   assert outcome["skipped"] == [sweep.workdir(first, root)]
   assert [(p, s) for p, s, _ in calls] == [("shaw", 1), ("sinusoidal", 0), ("sinusoidal", 1)]
   assert len(outcome["done"]) == 2 and outcome["failed"] == [sweep.workdir(sweep.runs[3], root)]
   # Run again: only the failed run is left.
   calls.clear()
-  outcome = sweep_lib.run_sweep(sweep, root, list(sweep.runs), train_fn=fake_train)
+  outcome = _debug(sweep, root, monkeypatch, fake_train)
   assert [(p, s) for p, s, _ in calls] == [("sinusoidal", 1)] and len(outcome["skipped"]) == 3
 
 
@@ -180,7 +190,8 @@ def test_a_finished_run_is_skipped_without_a_word_about_resuming_it(tmp_path, ca
                                                    "xla_flags": "--xla_some_other_machine"}))
   _finish(workdir, config.num_train_steps, splits=rpr_config.evaluated_splits(config))
   with caplog.at_level(logging.INFO):
-    outcome = sweep_lib.train_all([sweep_lib.Job(config, str(workdir))])
+    outcome = launch.launch([launch.Job("run", str(workdir), (), config)], launch.Options(executor="debug"),
+                            str(tmp_path / "submitit"))
   assert outcome["skipped"] == [str(workdir)]
   assert not [r.message for r in caplog.records if "Resuming" in r.message]
 
@@ -230,7 +241,7 @@ def test_select_and_unknown_names_fail_clearly():
     sweeps.get("table9")
 
 
-def test_a_run_stopped_by_a_signal_stops_the_sweep(tmp_path):
+def test_a_run_stopped_by_a_signal_stops_the_sweep(tmp_path, monkeypatch):
   sweep = sweeps.get("length_tiny")
   calls = []
 
@@ -238,7 +249,7 @@ def test_a_run_stopped_by_a_signal_stops_the_sweep(tmp_path):
     calls.append(workdir)
     return {"stopped_by_signal": 1.0, "step": 3.0}  # saved half way, as SIGTERM leaves a run
 
-  outcome = sweep_lib.run_sweep(sweep, str(tmp_path), list(sweep.runs), train_fn=fake_train)
+  outcome = _debug(sweep, str(tmp_path), monkeypatch, fake_train)
   assert len(calls) == 1 and outcome["stopped"] == calls and not outcome["done"]
 
 
@@ -249,13 +260,6 @@ def test_arithmetic_sweeps_cover_the_registry_seed_major():
     assert sorted({(r.name, r.seed) for r in runs}) == sorted((s, k) for s in positions.SCHEMES for k in (0, 1, 2))
   full = _configs("arithmetic_full")
   assert {(c.arithmetic_config, c.num_train_steps) for _, c in full} == {("n1000_addsub", 20_000)}
-
-
-def test_worker_command_drops_the_workers_flag_in_either_spelling():
-  # `--workers 2` once left "2" behind, which the workers then read as the sweep's name.
-  assert sweep_lib._without_flag(["arithmetic_full", "--workers", "2", "--seeds", "1"], "workers") == [
-      "arithmetic_full", "--seeds", "1"]
-  assert sweep_lib._without_flag(["--workers=2", "x", "--workersfoo=1"], "workers") == ["x", "--workersfoo=1"]
 
 
 def test_a_shared_cell_is_the_other_sweeps_run_with_the_same_config():
@@ -306,14 +310,6 @@ def test_every_cell_of_a_longer_sweep_is_trained_by_its_shorter_sweeps(name):
   shorter = {cell(r) for other in sweep.shorter for r in sweeps.get(other).runs}
   missing = sorted({r.name for r in sweep.runs if cell(r) not in shorter})
   assert not missing, missing
-
-
-def test_a_worker_is_pinned_to_one_core_before_jax_starts():
-  # In a subprocess, so the test's own process keeps its cores. The i-th worker takes the i-th core (mod their count).
-  code = ("import os; from experiments import sweep; cores = sorted(os.sched_getaffinity(0)); "
-          "core = cores[3 % len(cores)]; print(sweep.pin_to_one_core(3) == core, os.sched_getaffinity(0) == {core})")
-  proc = subprocess.run([sys.executable, "-c", code], cwd=sweeps.ROOT, capture_output=True, text=True, timeout=120)
-  assert proc.stdout.split() == ["True", "True"], proc.stderr[-2000:]
 
 
 def test_time_left_uses_the_finished_runs_rate_when_none_is_in_progress_and_says_a_plateau_may_stop_sooner():
