@@ -1,10 +1,11 @@
 """Trains and evaluates one experiment: ``python run.py --config=configs/<name>.py[:variant] --workdir=<dir>``.
 
 Without ``--config`` it runs ``configs/arithmetic.py:quick`` in ``workdirs/default``
-(CPU-sized, a few minutes): seed 002's arithmetic trained once with a position
-encoding and once without (``<workdir>/<scheme>``, by the sweeps' runner), then
-the report of the two beside the bag-of-characters bound (``<workdir>/report``,
-by experiments/report.py). With ``--config`` it is one run.
+(CPU-sized, a few minutes): seed 002's arithmetic trained with Shaw's relative
+attention, with sinusoids and with no position information
+(``<workdir>/<scheme>``, by the sweeps' launcher), then the report of the three
+beside the bag-of-characters bound (``<workdir>/report``, by
+experiments/report.py). With ``--config`` it is one run.
 
 A user error (a config key or value, a variant word, a flag, the config
 file, the workdir, a checkpoint, a failed save or write, a damaged
@@ -51,12 +52,13 @@ from ml_collections import config_flags  # noqa: E402
 from rpr.stop import STOPPED  # noqa: E402  (exit status 3: stopped by a signal, resumable)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_CONFIG = os.path.join(_HERE, "configs", "arithmetic.py") + ":quick"  # the main job's
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(_HERE, "configs", "arithmetic.py") + ":quick",
+    "config", DEFAULT_CONFIG,
     "Experiment config file (Python, get_config), optionally with :variant.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", os.path.join(_HERE, "workdirs", "default"),
                                "Directory of the run: config, metrics, TensorBoard events, checkpoints.")
-QUICK_SCHEMES = ("sinusoidal", "none")  # one scheme that sees the order, one that cannot
+QUICK_SCHEMES = ("shaw", "sinusoidal", "none")  # relative, absolute, and no position information
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first (one process per host).")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "--multihost: host:port of process 0; None: "
                                    "detected from the cluster (TPU VM, SLURM, ...).")
@@ -224,20 +226,33 @@ def _start(config, single: bool) -> None:
 
 
 def _compare(config, workdir: str) -> None:
-  """``config`` once per scheme of QUICK_SCHEMES (``<workdir>/<scheme>``), then the report beside the bound."""
+  """``config`` once per scheme of QUICK_SCHEMES (``<workdir>/<scheme>``), then the report beside the bound.
+
+  The runs are ``run.py`` processes under the sweeps' launcher (submitit's local executor), two at a time on two
+  or more cores, each on its own core with one XLA thread: this small model trains about as fast on one thread as
+  on two, so two at a time take half the time. The flags given here reach every run."""
+  from experiments import engine
   from experiments import launch
   from experiments import report
 
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+  given = [a for a in sys.argv[1:] if not a.startswith(("--workdir", "--noworkdir"))]
   jobs = []
   for scheme in QUICK_SCHEMES:
     c = config.copy_and_resolve_references()
     c.model.position = scheme
-    jobs.append(launch.Job(f"pe={scheme}", os.path.join(workdir, scheme), (), c))
-  outcome = launch.launch(jobs, launch.Options(executor="debug"), os.path.join(workdir, "submitit"))  # in turn, here
+    run_dir = os.path.join(workdir, scheme)
+    argv = (f"--config={DEFAULT_CONFIG}",
+            f"--workdir={run_dir}", *given, f"--config.model.position={scheme}")
+    jobs.append(launch.Job(f"pe={scheme}", run_dir, argv, c))
+  options = launch.Options(executor="local", workers=min(2, cores), pin=cores >= 2)
+  engine.prepare_data([config])  # the data set once, before two runs race to make it
+  outcome = launch.launch(jobs, options, os.path.join(workdir, "submitit"))
   if outcome["stopped"]:
     sys.exit(STOPPED)
   if outcome["failed"]:
-    sys.exit(f"run.py: {len(outcome['failed'])} run(s) failed: {outcome['failed']} (their logs above)")
+    sys.exit(f"run.py: {len(outcome['failed'])} run(s) failed: {outcome['failed']} (their logs: "
+             f"{os.path.join(workdir, 'submitit')})")
   out = os.path.join(workdir, "report")
   report.write_report([j.workdir for j in jobs], out, metric=f"{config.eval_splits[0]}/exact_match",
                       bound=("bag",) if config.dataset == "arithmetic" else (),

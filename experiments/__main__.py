@@ -5,18 +5,20 @@
   python -m experiments sweep --list                                      # the sweeps, from configs/<task>.py
   python -m experiments report GLOB... --metric M --out DIR [...]         # tables and plots of finished runs
   python -m experiments baselines [--out DIR]                             # the real-text tables' baselines
+  python -m experiments tables                                            # the protocol's tables, README's copy
   python -m experiments bench step|malloc|memory|attention [flags]        # the benchmarks
 
 Each verb is a module with ``define_flags()`` and ``main(argv)``: ``experiments/sweep.py``, ``report.py``,
-``baselines.py`` and the benchmarks' (``BENCHMARKS``); ``python -m experiments VERB --help`` lists its flags. A bad
-verb or flag is one line on stderr and exit status 2; a sweep a signal stopped exits with 3 (``rpr.stop.STOPPED``).
+``baselines.py``, ``tables.py`` and the benchmarks' (``BENCHMARKS``); ``python -m experiments VERB --help`` lists its
+flags. A bad verb or flag is one line on stderr and exit status 2; a sweep a signal stopped exits with 3
+(``rpr.stop.STOPPED``).
 """
 
 import importlib
 import sys
 
 VERBS = {"sweep": "experiments.sweep", "report": "experiments.report", "baselines": "experiments.baselines",
-         "bench": None}
+         "tables": "experiments.tables", "bench": None}
 BENCHMARKS = {"step": "experiments.bench.step", "malloc": "experiments.bench.malloc",
               "memory": "experiments.bench.memory_report", "attention": "experiments.bench.attention_report"}
 

@@ -10,11 +10,10 @@ A job is one training run: ``run.py`` with its flags (``Job.argv``), started as 
 ``folder/jobs.json`` maps each workdir to its job, for :func:`status`. ``local`` runs ``workers`` jobs at once;
 ``slurm`` submits one job array (a run across nodes: one task per GPU, ``run.py --multihost``) and returns.
 
-At a time limit SLURM sends SIGUSR2 (``--signal=USR2@<signal_delay_s>``); submitit's handler calls
-:meth:`RunJob.checkpoint`: the run gets SIGTERM, saves after its current step and exits with status 3
-(``rpr.stop.STOPPED``), and the same job is requeued, whose ``run.py`` resumes from that checkpoint, bit for bit.
-SIGTERM to the job (preemption, a stopped local sweep) saves the run the same way without a requeue. SIGUSR2 is
-blocked in the run: the job's process decides. README.md, "Running a sweep on a cluster", has the commands.
+At a time limit SLURM sends SIGUSR2 (``--signal=USR2@<signal_delay_s>``, blocked in the run); submitit's handler
+calls :meth:`RunJob.checkpoint`: the run gets SIGTERM, saves and exits with status 3 (``rpr.stop.STOPPED``), and
+the job is requeued; its ``run.py`` resumes bit for bit. SIGTERM to the job (preemption, a stopped local sweep)
+saves the run without a requeue. README.md, "Running a sweep on a cluster", has the commands.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ import submitit
 
 from experiments import engine
 from experiments.settings import knob
+from rpr import progress
 from rpr import records as records_lib
 from rpr.stop import STOPPED  # run.py's exit status of a run a signal stopped (saved, resumable)
 
@@ -95,8 +95,7 @@ class Options:
 
   @property
   def tasks_per_node(self) -> int:
-    """One process per GPU for a run across nodes (jax.distributed on SLURM gives each process the GPU of its
-    local rank), one per node otherwise."""
+    """One process per GPU for a run across nodes (jax.distributed gives each the GPU of its local rank)."""
     return self.gpus_per_node if self.nodes > 1 and self.gpus_per_node else 1
 
 
@@ -105,16 +104,12 @@ _SLURM_ONLY = ("partition", "nodes", "gpus_per_node", "cpus_per_task", "mem", "a
 
 
 def finished(workdir: str, config) -> bool:
-  """Whether ``workdir`` holds the run's last step with the evaluation of every split the config evaluates there.
-
-  Those are ``eval_splits`` and ``final_eval_splits``; without any, the last step's log is enough. The last
-  step is ``num_train_steps``, or the step where the plateau rule stopped the run (``plateau/reached``).
-  """
+  """Whether ``workdir`` holds the run's last step (``num_train_steps``, or where the plateau rule stopped it) with
+  the evaluation of every split the config evaluates there (none: the last step's log is enough)."""
   records = _records(workdir)
-  splits = engine.evaluated_splits(config)
   end = engine.end_step(records, config.num_train_steps)
   last = {k: v for r in records if r["step"] >= end for k, v in r.items()}
-  return bool(last) and all(f"{s}/loss" in last for s in splits)
+  return bool(last) and all(f"{s}/loss" in last for s in engine.evaluated_splits(config))
 
 
 def _records(workdir: str) -> list[dict]:
@@ -199,8 +194,7 @@ class RunJob(submitit.helpers.Checkpointable):
 
 
 def _wait_exited(proc: subprocess.Popen) -> None:
-  """Blocks until ``proc`` has exited, without reaping it (``Popen.wait`` reaps it after), so a signal handler
-  that runs meanwhile may wait for it too."""
+  """Blocks until ``proc`` has exited, unreaped (``Popen.wait`` reaps it), so a signal handler may wait too."""
   try:
     os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
   except ChildProcessError:  # reaped already
@@ -284,8 +278,13 @@ def _run_local(executor, todo: list[Job], options: Options, folder: str, env, ou
         submitted._process.send_signal(signal.SIGTERM)  # pylint: disable=protected-access  # the controller's
 
   previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+  said = time.monotonic()
   try:
     while queue or running:
+      if time.monotonic() - said >= progress.EVERY_SECONDS:  # the runs' logs are files: their progress here
+        said = time.monotonic()
+        for submitted in running.values():
+          logging.info("%s", _progress(submitted.rpr_job, folder))
       free = [c for c in range(options.workers) if c not in running]
       while queue and free and not stopping:
         job, slot = queue.pop(0), free.pop(0)
@@ -310,6 +309,11 @@ def _run_local(executor, todo: list[Job], options: Options, folder: str, env, ou
     for s, handler in previous.items():
       signal.signal(s, handler)
   return outcome
+
+
+def _progress(job: Job, folder: str) -> str:
+  """``name  running  step 1,500 of 3,000  ETA 0:01:22  log ...``: the run's :func:`status` line."""
+  return format_status(status([job], folder)).splitlines()[0]
 
 
 def _entry(job: Job, submitted, executor: str) -> dict:
@@ -390,9 +394,7 @@ def format_status(rows: Sequence[Row]) -> str:
   """One line per run: name, state, step of steps, ETA, log; then the count of each state."""
   lines = []
   for r in rows:
-    step = "-" if r.step is None else f"{r.step:,}"
-    eta = "-" if r.eta_s is None else time.strftime("%H:%M:%S", time.gmtime(r.eta_s)) if r.eta_s < 86400 else (
-        f"{r.eta_s / 86400:.1f} days")
+    step, eta = "-" if r.step is None else f"{r.step:,}", "-" if r.eta_s is None else progress.clock(r.eta_s)
     lines.append(f"{r.name:24s} {r.state:13s} step {step:>9s} of {r.steps:,}  ETA {eta:>9s}  log {r.log}")
   lines.append(", ".join(f"{n} {s}" for s, n in sorted(collections.Counter(r.state for r in rows).items())))
   return "\n".join(lines)

@@ -129,8 +129,8 @@ def _evaluate(run: Run, splits, predict_fn, params, save: Optional[str] = None) 
   if decoded and jax.process_index() == 0:
     os.makedirs(os.path.join(run.workdir, DECODED), exist_ok=True)
     for split, hyps in decoded.items():
-      records.replace_lines(os.path.join(run.workdir, DECODED, f"{split}{save}.txt.gz"), [h.replace("\n", " ") + "\n" for h in hyps],
-                            compressed=True)
+      lines = [h.replace("\n", " ") + "\n" for h in hyps]
+      records.replace_lines(os.path.join(run.workdir, DECODED, f"{split}{save}.txt.gz"), lines, compressed=True)
   return results
 
 

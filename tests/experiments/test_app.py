@@ -18,8 +18,8 @@ def _run(*args):
 
 
 @pytest.mark.parametrize("args, message", [
-    ((), "verb None; allowed: sweep, report, baselines, bench"),
-    (("train",), "verb 'train'; allowed: sweep, report, baselines, bench"),
+    ((), "verb None; allowed: sweep, report, baselines, tables, bench"),
+    (("train",), "verb 'train'; allowed: sweep, report, baselines, tables, bench"),
     (("bench", "disk"), "bench 'disk'; allowed: step, malloc, memory, attention"),
     (("sweep", "nope"), "unknown sweep 'nope'; allowed: ['arithmetic',"),
     (("sweep", "length_tiny", "--workers", "0"), "--workers"),

@@ -153,8 +153,8 @@ def test_report_holds_each_group_to_its_ceiling(tmp_path):
 
 
 @pytest.mark.slow
-def test_run_py_default_compares_two_schemes_end_to_end(tmp_path):
-  """`python run.py` itself, on 200 single-digit examples and 3 steps: two trainings, then the report."""
+def test_run_py_default_compares_three_schemes_end_to_end(tmp_path):
+  """`python run.py` itself, on 200 single-digit examples and 3 steps: three trainings, then the report."""
   flags = [f"--workdir={tmp_path / 'runs'}", "--config.arithmetic_config=n10_addsub",
            f"--config.data_dir={tmp_path / 'tfds'}", "--config.batch_size=16", "--config.eval_batch_size=20",
            "--config.num_train_steps=3", "--config.warmup_steps=1", "--config.log_every_steps=3",
@@ -165,11 +165,11 @@ def test_run_py_default_compares_two_schemes_end_to_end(tmp_path):
                                env={**os.environ, "JAX_PLATFORMS": "cpu"})
   first = run()
   assert first.returncode == 0, first.stderr[-2000:]
-  assert "| pe=none |" in first.stdout and "| pe=sinusoidal |" in first.stdout
+  assert all(f"| pe={s} |" in first.stdout for s in ("shaw", "sinusoidal", "none")), first.stdout
   assert "bag: " in first.stdout and "permutation-equivariant" in first.stdout
   assert (tmp_path / "runs" / "report" / "plot.png").exists()
   again = run()  # finished runs are not trained again
-  assert again.returncode == 0 and again.stderr.count("finished, skipped") == 2, again.stderr[-2000:]
+  assert again.returncode == 0 and again.stderr.count("finished, skipped") == 3, again.stderr[-2000:]
   # The attention section reads each group's checkpoint: without position information the rows of the two "1"s
   # of "12+1" are equal in every layer and head.
   out = tmp_path / "attention"

@@ -2,6 +2,7 @@
 SLURM path through stub commands (the batch script, the array, the signal, the requeue), status, bad flags."""
 
 import json
+import logging
 import os
 import pathlib
 import pickle
@@ -16,6 +17,7 @@ import pytest
 from experiments import launch
 from experiments import sweep as sweep_lib
 from experiments import sweeps
+from rpr import progress
 from rpr import records as records_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -77,7 +79,10 @@ def _parent(pid):
 
 
 @pytest.mark.slow
-def test_local_jobs_two_at_once_one_signalled_requeues_and_ends_as_the_unbroken_one(tmp_path, compilation_cache):
+def test_local_jobs_two_at_once_one_signalled_requeues_and_ends_as_the_unbroken_one(tmp_path, compilation_cache,
+                                                                                    monkeypatch, caplog):
+  monkeypatch.setattr(progress, "EVERY_SECONDS", 0.0)  # a progress line per running job at every poll
+  caplog.set_level(logging.INFO, logger="absl")
   a, b = _job(tmp_path / "a", name="a"), _job(tmp_path / "b", name="b")
   folder = str(tmp_path / "submitit")
   failures = []
@@ -114,6 +119,9 @@ def test_local_jobs_two_at_once_one_signalled_requeues_and_ends_as_the_unbroken_
       assert pickle.load(f) == ("success", {"state": "done", "workdir": j.workdir})
   rows = launch.status([a, b], folder)
   assert [(r.state, r.step, r.eta_s) for r in rows] == [("done", 100, None)] * 2
+  # The runs' logs are files: the launcher's own log says how far each running run is.
+  said = [r.getMessage().split() for r in caplog.records if r.module == "launch"]
+  assert any(w[:3] == ["a", "running", "step"] and "ETA" in w for w in said), said
   # Launched again, both are finished: nothing is submitted.
   assert launch.launch([a, b], launch.Options(), folder)["skipped"] == [a.workdir, b.workdir]
 
@@ -275,7 +283,7 @@ def test_status_reads_each_run_from_its_workdir_and_its_job(tmp_path):
                                                ("queued", None), ("not submitted", None)]
   assert rows[1].eta_s == pytest.approx((100 - 40) / 2.0) and rows[1].log == "running.out"
   text = launch.format_status(rows).splitlines()
-  assert text[1].split()[:6] == ["tiny", "running", "step", "40", "of", "100"] and "00:00:30" in text[1]
+  assert text[1].split()[:6] == ["tiny", "running", "step", "40", "of", "100"] and "ETA   0:00:30" in text[1]
   assert text[-1] == "1 done, 1 failed, 1 not submitted, 1 queued, 1 running, 1 stopped"
 
 

@@ -1,0 +1,284 @@
+"""The protocol's tables (experiments/results/protocol.md), generated from the run records: ``python -m experiments
+tables``.
+
+A :class:`Table` names its rows by cell (the one name a cell has in tables, plots, folders and text), the paper's
+row and number beside each, a reference row and a metric. Each row reads the finished runs under its folder
+(``<root>/<folder>/seed<s>``): the metric at the run's last step. Statistics come from :mod:`experiments.stats`
+(Student-t CI per cell; Welch's difference, Holm within the table and the minimum detectable effect per row).
+
+Written: ``<out>/README.md`` (every table, Markdown) and ``<out>/<table>.csv`` (one row per cell and seed). The
+README's results open with the tables between ``<!-- tables -->`` and ``<!-- /tables -->``, copied from
+:func:`readme_block`; a test checks the copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import math
+import os
+import re
+from typing import Optional, Sequence
+
+from experiments import render, runs as runs_lib, stats
+from rpr import records
+
+RESULTS = "experiments/results"
+OUT = "experiments/results/paper"
+MARKERS = ("<!-- tables -->", "<!-- /tables -->")
+TRANSLATION_CSV = ("test/bleu", "test/chrf", "test/loss", "test_avg/bleu")
+LM_CSV = ("test/perplexity", "test_x8/perplexity")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  cell: str  # the cell's one name
+  paper_row: str = ""  # the row as the paper names it ("" where the paper has none)
+  paper: Optional[float] = None  # the paper's number (WMT14 BLEU): the shape to compare against, not the scale
+  folder: str = ""  # under the results root; default: the table's folder pattern with the cell
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  name: str  # the CSV's file name and the section's anchor
+  title: str
+  metric: str
+  rows: tuple[Row, ...]
+  reference: str  # the cell every other row is compared with
+  folder: str = ""  # "<task folder>/{cell}"
+  baselines: tuple[tuple[str, float], ...] = ()  # (name, value of the metric): drawn under the table, not tested
+  note: str = ""  # one line under the table
+  headline: bool = False  # in the README's results
+
+  @property
+  def csv_metrics(self) -> tuple[str, ...]:
+    return LM_CSV if "perplexity" in self.metric else TRANSLATION_CSV
+
+  def folder_of(self, row: Row) -> str:
+    return row.folder or self.folder.format(cell=row.cell)
+
+
+def _baselines(root: str) -> dict[str, tuple[tuple[str, float], ...]]:
+  """The committed baselines (``python -m experiments baselines``): retrieval and copy, and the Kneser-Ney LM."""
+  path = os.path.join(root, "baselines", "baselines.json")
+  if not os.path.exists(path):
+    return {"translation": (), "lm": ()}
+  with open(path, encoding="utf-8") as f:
+    b = json.load(f)
+  order = b["lm"]["chosen_order"]
+  return {"translation": tuple((name, b["translation"][name]["test"]["bleu"]) for name in ("retrieval", "copy")),
+          "lm": ((f"Kneser-Ney {order}-gram", b["lm"]["orders"][order]["splits"]["test"]["perplexity"]),)}
+
+
+def protocol_tables(root: str = RESULTS) -> list[Table]:
+  """The five-seed tables the protocol fixes, then its pilots, then the earlier sweeps (history)."""
+  from experiments import paper
+
+  base = _baselines(root)
+  bleu, ppl = "test/bleu", "test/perplexity"
+  t1 = (Row("sinusoidal", "absolute position", paper.TABLE1[("base", "absolute")]),
+        Row("shaw", "relative position", paper.TABLE1[("base", "relative")]), Row("shaw+sinusoidal"))
+  beside = (Row("rope"), Row("t5"), Row("alibi_directional"))
+  t2 = tuple(Row("shaw" if k == 16 else f"k={k}", f"k = {k}", paper.TABLE2[k]) for k in (0, 1, 2, 4, 16, 64, 256))
+  t3 = (Row("shaw", "a^V yes, a^K yes", paper.TABLE3[(True, True)]),
+        Row("ak", "a^V no, a^K yes", paper.TABLE3[(False, True)]),
+        Row("av", "a^V yes, a^K no", paper.TABLE3[(True, False)]),
+        Row("k=0", "a^V no, a^K no", paper.TABLE3[(False, False)]))
+  lm = tuple(Row(f"k={k}") for k in (0, 1, 2, 4, 8, 16, 64, 256)) + (Row("sinusoidal"),)
+  tr, lmf = "paper/translation/{cell}", "paper/lm/{cell}"
+  h1 = (Row("sinusoidal", "absolute position", t1[0].paper, "translation/table1/sinusoidal"),
+        Row("shaw", "relative position", t1[1].paper, "translation/table1/shaw"),
+        Row("shaw+sinusoidal", folder="translation/absolute/shaw+sinusoidal"),
+        *(Row(r.cell, folder=f"translation/table1/{r.cell}") for r in beside))
+  h2 = tuple(Row(r.cell, r.paper_row, r.paper, "translation/table1/shaw" if r.cell == "shaw" else
+                 f"translation/table2/{r.cell}") for r in t2 if r.cell != "k=256")
+  h3 = tuple(Row(r.cell, r.paper_row, r.paper, f"translation/table{1 if r.cell == 'shaw' else 3}/{folder}")
+             for r, folder in zip(t3, ("shaw", "av=off,ak=on", "av=on,ak=off", "av=off,ak=off")))
+  return [
+      Table("table1", "Table 1: position information (translation, test BLEU)", bleu, t1 + beside, "sinusoidal", tr,
+            base["translation"], headline=True),
+      Table("table2", "Table 2: clipping distance k (translation, test BLEU)", bleu, t2, "shaw", tr,
+            base["translation"], headline=True),
+      Table("table3", "Table 3: a^K and a^V (translation, test BLEU)", bleu, t3, "shaw", tr, base["translation"],
+            headline=True),
+      Table("lm_clipping", "The clipping curve (language model, test perplexity: lower is better)", ppl, lm, "k=16",
+            lmf, base["lm"], headline=True),
+      *(Table(f"pilot_translation_{b}", f"Pilot at {b:,} steps with a cool-down: Shaw (k = 16) and sinusoidal "
+              "(translation, test BLEU)", bleu, (Row(f"shaw,steps={b}"), Row(f"sinusoidal,steps={b}")),
+              f"sinusoidal,steps={b}", "pilot/translation/{cell}", base["translation"], headline=True)
+        for b in (4000, 8000, 16000)),
+      Table("history_table1", "History, 2,500 steps, no cool-down: Table 1 (translation, test BLEU)", bleu, h1,
+            "sinusoidal", baselines=base["translation"]),
+      Table("history_table2", "History, 2,500 steps, no cool-down: Table 2 (translation, test BLEU)", bleu, h2,
+            "shaw", baselines=base["translation"]),
+      Table("history_table3", "History, 2,500 steps, no cool-down: Table 3 (translation, test BLEU)", bleu, h3,
+            "shaw", baselines=base["translation"]),
+      Table("history_lm_clipping", "History, 2,000 steps: the clipping curve (LM, test perplexity: lower is better)",
+            ppl, tuple(Row(r.cell, folder=f"lm/clipping/{r.cell}" if r.cell != "sinusoidal" else "lm/length/sinusoidal")
+                       for r in lm), "k=16", baselines=base["lm"]),
+  ]
+
+
+def frame(table: Table, root: str = RESULTS) -> list[dict]:
+  """One record per (cell, seed) of the finished runs: cell, seed, steps and the table's CSV metrics at the run's
+  last step (a run that has not reached its last step is left out)."""
+  out = []
+  for row in table.rows:
+    for run in runs_lib.load_runs([os.path.join(root, table.folder_of(row), "seed*")]):
+      end = run.end()
+      last = {k: v for r in run.records if r["step"] == end for k, v in r.items()}
+      if table.metric not in last:
+        continue
+      out.append({"cell": row.cell, "seed": run.seed, "steps": end,
+                  **{m: last.get(m) for m in dict.fromkeys((table.metric, *table.csv_metrics))}})
+  return sorted(out, key=lambda r: ([x.cell for x in table.rows].index(r["cell"]), r["seed"]))
+
+
+def markdown(table: Table, records: Sequence[dict], digits: int = 2) -> str:
+  """The table: row, paper, ours (mean ± CI half-width, n, steps), difference to the reference with its CI, Holm p
+  and the verdict (with the minimum detectable effect beside "not separated"); baselines beneath."""
+  values, comparisons = _compared(table, records)
+  steps = {r.cell: sorted({x["steps"] for x in records if x["cell"] == r.cell}) for r in table.rows}
+  f = lambda v: render.fmt(v, digits)  # noqa: E731
+  rows = []
+  for r in table.rows:
+    v = values[r.cell]
+    if not v:
+      rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), "no finished run", "", "", "", ""])
+      continue
+    c = stats.cell(v)
+    ours = f"{f(c.mean)} ± {f((c.high - c.low) / 2)}" if c.n > 1 else f(c.mean)
+    n = f"{c.n} ({'/'.join(f'{s:,}' for s in steps[r.cell])})"
+    if r.cell == table.reference:
+      rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n, "reference", "", ""])
+      continue
+    cmp = comparisons.get(r.cell)
+    if cmp is None or math.isnan(cmp.p_holm):
+      rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n, f"{cmp.diff:+.{digits}f}" if cmp else "",
+                   "", "not tested (< 2 seeds a side)"])
+      continue
+    verdict = cmp.verdict if cmp.verdict != "not separated" else f"not separated (MDE {f(cmp.mde)})"
+    rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n,
+                 f"{cmp.diff:+.{digits}f} [{cmp.low:+.{digits}f}, {cmp.high:+.{digits}f}]", _p(cmp.p_holm), verdict])
+  rows += [[name, "baseline", "", f(value), "", "", "", ""] for name, value in table.baselines]
+  header = ["paper's row", "cell", "paper", "ours (mean ± 95% CI)", "n (steps)", f"vs `{table.reference}` [95% CI]",
+            "Holm p", "verdict"]
+  text = f"**{table.title}**\n\n" + render.markdown_table(header, rows, ["---", "---", *[render.RIGHT] * 5, "---"])
+  return text + (f"\n\n{table.note}" if table.note else "")
+
+
+def _compared(table: Table, records: Sequence[dict]) -> tuple[dict, dict]:
+  """Each row's values, and each row with values against the reference (:func:`stats.compare`)."""
+  values = {r.cell: [x[table.metric] for x in records if x["cell"] == r.cell] for r in table.rows}
+  reference = values[table.reference]
+  tested = {c: v for c, v in values.items() if c != table.reference and v}
+  return values, (stats.compare(reference, tested, table.reference) if reference else {})
+
+
+# The three questions a reader brings (the issue's): each answered from its table's rows, in the table's words.
+QUESTIONS = (("Shaw against sinusoidal", "table1", ("shaw",)),
+             ("How k matters", "table2", ("k=0", "k=1", "k=2", "k=4", "k=64", "k=256")),
+             ("How k matters in the LM", "lm_clipping", ("k=0", "k=1", "k=2", "k=4", "k=8", "k=64", "k=256")),
+             ("a^K against a^V", "table3", ("ak", "av")))
+
+
+def answers(shown: Sequence[tuple[Table, list]]) -> str:
+  """One line per question: its table's verdict for each of its rows (rows with one verdict share a clause)."""
+  by_name = {t.name.removeprefix("history_"): (t, records) for t, records in shown}
+  lines = []
+  for question, name, cells in QUESTIONS:
+    if name not in by_name:
+      continue
+    table, records = by_name[name]
+    _, comparisons = _compared(table, records)
+    clauses: dict[str, list[str]] = {}
+    for cell in cells:
+      cmp = comparisons.get(cell)
+      if cmp is not None and cmp.verdict not in ("not tested",):
+        verdict = cmp.verdict if cmp.verdict != "not separated" else f"not separated from `{table.reference}`"
+        detail = f"{cmp.diff:+.2f} [{cmp.low:+.2f}, {cmp.high:+.2f}], p {_p(cmp.p_holm)}"
+        clauses.setdefault(verdict, []).append(f"`{cell}` ({detail})")
+    if clauses:
+      said = "; ".join(f"{', '.join(c)}: {v}" for v, c in clauses.items())
+      lines.append(f"- **{question}** ({table.title.split(' (')[0]}): {said}.")
+  return "\n".join(lines)
+
+
+def _p(p: float) -> str:
+  return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def readme_block(tables: Sequence[Table], root: str = RESULTS) -> str:
+  """The headline tables, as the README's results open with them (between :data:`MARKERS`): each five-seed table
+  once it has a finished run, its history twin (``history_<name>``) until then, and the pilot."""
+  by_name, shown = {t.name: t for t in tables}, []
+  for t in tables:
+    if t.headline:
+      records, twin = frame(t, root), by_name.get(f"history_{t.name}")
+      if records or twin is not None:  # a table with neither runs nor history waits for its first run
+        shown.append((t, records) if records else (twin, frame(twin, root)))
+  block = "\n\n".join(markdown(t, records) for t, records in shown)
+  said = answers(shown)
+  return block + (f"\n\nThe three questions, as the tables answer them (difference [95% CI], Holm p):\n\n{said}"
+                  if said else "")
+
+
+def write(root: str = RESULTS, out: str = OUT) -> str:
+  """Writes ``<out>/README.md`` and a CSV per table with finished runs; returns the README block."""
+  os.makedirs(out, exist_ok=True)
+  tables, sections = protocol_tables(root), []
+  for t in tables:
+    records = frame(t, root)
+    sections.append(markdown(t, records))
+    if records:
+      columns = list(dict.fromkeys(("cell", "seed", "steps", t.metric, *t.csv_metrics)))
+      render.write_csv(os.path.join(out, f"{t.name}.csv"), columns, [[r[c] for c in columns] for r in records])
+  header = ("# The paper's tables\n\nGenerated by `python -m experiments tables` from the run records under "
+            f"`{root}/` under the protocol (`{os.path.relpath(os.path.join(root, 'protocol.md'), out)}`). "
+            "Ours: the mean over seeds ± the half-width of its 95% Student-t CI. Each row against the table's "
+            "reference row: Welch's difference with its 95% CI, the p-value Holm-corrected within the table, "
+            "and, where not separated, the minimum detectable effect at 80% power. The paper's numbers are "
+            "WMT14 EN-DE BLEU with base models: the shape to compare against, not the scale. One CSV per table "
+            "beside this file, one row per cell and seed.\n")
+  render.write_text("\n\n".join([header, *sections]) + "\n", os.path.join(out, "README.md"), echo=False)
+  return readme_block(tables, root)
+
+
+def readme_copy(path: str = "README.md") -> str:
+  """The README's copy of the tables (between :data:`MARKERS`)."""
+  with open(path, encoding="utf-8") as f:
+    return _block(f.read(), path).group(1).strip("\n")
+
+
+def _block(text: str, path: str) -> re.Match:
+  match = re.search(re.escape(MARKERS[0]) + r"\n(.*?)" + re.escape(MARKERS[1]), text, re.S)
+  if match is None:
+    raise ValueError(f"{path} has no {MARKERS[0]} ... {MARKERS[1]} block to hold the tables")
+  return match
+
+
+def define_flags() -> None:
+  from absl import flags
+
+  flags.DEFINE_string("root", RESULTS, "The results root the tables read.")
+  flags.DEFINE_string("out", OUT, "Where the tables' README.md and CSVs go.")
+  flags.DEFINE_string("readme", "README.md", "The README whose copy of the headline tables is replaced ('': none).")
+
+
+def main(argv) -> None:
+  from absl import app
+  from absl import flags
+
+  fv = flags.FLAGS
+  if fv.readme:
+    with open(fv.readme, encoding="utf-8") as f:
+      text = f.read()
+    try:
+      match = _block(text, fv.readme)  # before any work: a README without the block is one line
+    except ValueError as e:
+      raise app.UsageError(str(e)) from None
+  block = write(fv.root, fv.out)
+  if fv.readme:
+    records.replace_lines(fv.readme, [text[:match.start(1)] + block + "\n" + text[match.end(1):]])
+  print(block)

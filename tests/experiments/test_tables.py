@@ -1,0 +1,96 @@
+"""experiments.tables: the protocol's tables from run records, with their statistics, CSVs and the README's copy."""
+
+import csv
+import dataclasses
+import json
+import pathlib
+
+import pytest
+
+from experiments import stats
+from experiments import tables
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _run(path: pathlib.Path, seed: int, bleu: float, steps: int = 100, finished: bool = True) -> None:
+  path.mkdir(parents=True)
+  config = {"dataset": "bible_fr_en", "seed": seed, "num_train_steps": steps}
+  (path / "config.json").write_text(json.dumps({"config": config, "model_config": {}}))
+  records = [{"step": 50, "test/bleu": 99.0}, {"step": steps if finished else 60, "validation/bleu": 1.0}]
+  if finished:
+    records.append({"step": steps, "test/bleu": bleu, "test/chrf": bleu + 20, "test/loss": 2.0, "test_avg/bleu": bleu})
+  (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+REFERENCE, BETTER, SAME = [20.0, 20.5, 19.5, 20.2, 19.8], [24.0, 24.4, 23.7, 24.2, 23.9], [20.1, 19.6, 20.4]
+TABLE = tables.Table("t", "A table", "test/bleu", (tables.Row("a", "absolute", 26.5), tables.Row("b"),
+                                                    tables.Row("c"), tables.Row("d"), tables.Row("e")),
+                     "a", "x/{cell}", baselines=(("copy", 0.14),), note="One line.")
+
+
+@pytest.fixture
+def root(tmp_path):
+  for cell, values in (("a", REFERENCE), ("b", BETTER), ("c", SAME), ("d", [22.0])):
+    for seed, v in enumerate(values):
+      _run(tmp_path / "x" / cell / f"seed{seed}", seed, v)
+  _run(tmp_path / "x" / "e" / "seed0", 0, 0.0, finished=False)  # still training: not in the table
+  _run(tmp_path / "x" / "c" / "seed9", 9, 50.0, steps=200, finished=False)
+  return tmp_path
+
+
+def test_a_table_reads_each_finished_run_at_its_last_step(root):
+  records = tables.frame(TABLE, str(root))
+  assert [(r["cell"], r["seed"]) for r in records] == [("a", s) for s in range(5)] + [("b", s) for s in range(5)] + [
+      ("c", s) for s in range(3)] + [("d", 0)]
+  assert [r["test/bleu"] for r in records] == REFERENCE + BETTER + SAME + [22.0]  # not step 50's 99
+  assert {r["steps"] for r in records} == {100}
+
+
+def test_a_table_gives_the_libraries_statistics_and_a_verdict_per_row(root):
+  text = tables.markdown(TABLE, tables.frame(TABLE, str(root)))
+  rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| ")}
+  expected = stats.compare(REFERENCE, {"b": BETTER, "c": SAME, "d": [22.0]}, "a")
+  ci = stats.cell(BETTER)
+  assert f"| {ci.mean:.2f} ± {(ci.high - ci.low) / 2:.2f} | 5 (100) |" in rows["`b`"]
+  b = expected["b"]
+  assert f"{b.diff:+.2f} [{b.low:+.2f}, {b.high:+.2f}]" in rows["`b`"] and rows["`b`"].endswith("| b > a |")
+  assert b.p_holm < 0.001 and "< 0.001" in rows["`b`"]
+  c = expected["c"]
+  assert c.verdict == "not separated" and rows["`c`"].endswith(f"| not separated (MDE {c.mde:.2f}) |")
+  assert f"| {c.p_holm:.3f} |" in rows["`c`"]  # Holm over b and c: d has one seed
+  assert rows["`d`"].endswith("| not tested (< 2 seeds a side) |") and "+2.00" in rows["`d`"]
+  assert "| no finished run |" in rows["`e`"]
+  assert rows["`a`"].startswith("| absolute | `a` | 26.50 |") and "reference" in rows["`a`"]
+  assert rows["baseline"] == "| copy | baseline |  | 0.14 |  |  |  |  |"
+  assert text.startswith("**A table**") and text.endswith("One line.")
+
+
+def test_the_command_writes_a_csv_per_table_with_a_row_per_cell_and_seed(root, monkeypatch, tmp_path):
+  monkeypatch.setattr(tables, "protocol_tables", lambda root: [TABLE])
+  out = tmp_path / "paper"
+  block = tables.write(str(root), str(out))
+  with open(out / "t.csv", newline="") as f:
+    rows = list(csv.DictReader(f))
+  assert list(rows[0]) == ["cell", "seed", "steps", "test/bleu", "test/chrf", "test/loss", "test_avg/bleu"]
+  assert [(r["cell"], r["seed"], float(r["test/bleu"])) for r in rows][:2] == [("a", "0", 20.0), ("a", "1", 20.5)]
+  assert len(rows) == 14
+  readme = (out / "README.md").read_text()
+  assert "python -m experiments tables" in readme and block in readme
+
+
+def test_the_readme_opens_its_results_with_the_generated_tables(committed_runs_only):
+  """After a run lands: `python -m experiments tables` rewrites the README's copy and experiments/results/paper/."""
+  generated = tables.readme_block(tables.protocol_tables(str(ROOT / tables.RESULTS)), str(ROOT / tables.RESULTS))
+  assert tables.readme_copy(str(ROOT / "README.md")) == generated
+  written = (ROOT / tables.OUT / "README.md").read_text()
+  tables_part = generated.split("\n\nThe three questions")[0]
+  assert all(section in written for section in tables_part.split("\n\n**"))
+
+
+def test_each_headline_table_falls_back_to_its_history_until_its_first_run(root):
+  history = tables.Table("history_t", "Old table", "test/bleu", (tables.Row("a"),), "a", "x/{cell}")
+  empty = tables.Table("t", "New table", "test/bleu", (tables.Row("a"),), "a", "y/{cell}", headline=True)
+  assert tables.readme_block([empty, history], str(root)).startswith("**Old table**")
+  assert tables.readme_block([dataclasses.replace(empty, folder="x/{cell}"), history], str(root)).startswith(
+      "**New table**")
