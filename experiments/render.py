@@ -229,3 +229,48 @@ def learning_curves_plot(path: str, groups: Sequence[tuple[str, Sequence[Mapping
   axes[0][-1].legend(legend.values(), legend.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
   fig.suptitle("learning curves: one line per run (below: the second half of the steps)")
   save(fig, path)
+
+
+def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Sequence[float], Sequence[tuple]]],
+               baselines: Sequence[tuple[str, float]] = (), curve_label: str = "", per_panel: int = 8) -> None:
+  """A table's cells, one colour each (at most ``per_panel`` a panel): left, each seed's final value (thin dots)
+  and the mean with its 95% CI (bold); right, each seed's learning curve (thin) and the mean over seeds (bold),
+  the last step of each seed marked x. Baselines are grey lines on both.
+
+  Args:
+    cells: (name, final values, curves: one (steps, values) per seed).
+  """
+  from scipy import stats as scipy_stats
+
+  plt = pyplot()
+  panels = [cells[i:i + per_panel] for i in range(0, len(cells), per_panel)] or [[]]
+  fig, axes = plt.subplots(len(panels), 2, figsize=(12.0, 4.2 * len(panels)), squeeze=False)
+  for (left, right), panel in zip(axes, panels):
+    for i, (name, finals, curves) in enumerate(panel):
+      colour, v = f"C{i}", np.asarray(finals, np.float64)
+      left.plot([i] * len(v), v, ".", color=colour, alpha=0.6)
+      if len(v):
+        half = (scipy_stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
+        left.errorbar([i], [v.mean()], yerr=[half], fmt="o", color=colour, linewidth=2.5, capsize=5)
+      for steps, values in curves:
+        right.plot(steps, values, color=colour, linewidth=0.8, alpha=0.5)
+        right.plot(steps[-1:], values[-1:], "x", color=colour)
+      common = sorted(set.intersection(*(set(s) for s, _ in curves))) if curves else []
+      if common:
+        mean = [np.mean([dict(zip(s, y))[step] for s, y in curves]) for step in common]
+        right.plot(common, mean, color=colour, linewidth=2.5, label=name)
+    left.set_xticks(range(len(panel)), [name for name, _, _ in panel], rotation=20, ha="right")
+    for k, (name, value) in enumerate(baselines):
+      for ax in (left, right):
+        ax.axhline(value, color="tab:gray", linestyle=("--", ":")[k % 2], linewidth=1.0,
+                   label=f"{name} ({value:.2f})" if ax is right else None)
+    left.set_ylabel(ylabel)
+    right.set_xlabel("training step")
+    right.set_ylabel(curve_label)
+    right.legend(fontsize=8, loc="best")
+    for ax in (left, right):
+      ax.grid(alpha=0.3)
+  axes[0][0].set_title("final: a dot per seed; mean and 95% CI", fontsize=9)
+  axes[0][1].set_title("learning curves: thin per seed, bold mean; x = last step", fontsize=9)
+  fig.suptitle(title)
+  save(fig, path)

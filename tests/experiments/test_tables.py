@@ -76,7 +76,8 @@ def test_the_command_writes_a_csv_per_table_with_a_row_per_cell_and_seed(root, m
   assert [(r["cell"], r["seed"], float(r["test/bleu"])) for r in rows][:2] == [("a", "0", 20.0), ("a", "1", 20.5)]
   assert len(rows) == 14
   readme = (out / "README.md").read_text()
-  assert "python -m experiments tables" in readme and block in readme
+  assert "python -m experiments tables" in readme and block.split("\n\nThe three")[0] in readme
+  assert (out / "t.png").read_bytes().startswith(b"\x89PNG") and "![A table](t.png)" in readme
 
 
 def test_the_readme_opens_its_results_with_the_generated_tables(committed_runs_only):
