@@ -15,18 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import gzip
+import hashlib
 import json
 import math
 import os
 import re
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from experiments import render, runs as runs_lib, stats
-from rpr import records
+from rpr import records as records_lib
 
 RESULTS = "experiments/results"
 OUT = "experiments/results/paper"
 MARKERS = ("<!-- tables -->", "<!-- /tables -->")
+BOOTSTRAP = "bootstrap.json"  # in OUT: each paired bootstrap's p under its two output files' SHA-256
 TRANSLATION_CSV = ("test/bleu", "test/chrf", "test/loss", "test_avg/bleu")
 LM_CSV = ("test/perplexity", "test_x8/perplexity")
 
@@ -135,9 +138,11 @@ def frame(table: Table, root: str = RESULTS) -> list[dict]:
   return sorted(out, key=lambda r: ([x.cell for x in table.rows].index(r["cell"]), r["seed"]))
 
 
-def markdown(table: Table, records: Sequence[dict], digits: int = 2) -> str:
+def markdown(table: Table, records: Sequence[dict], digits: int = 2, boot: Optional[dict] = None) -> str:
   """The table: row, paper, ours (mean ± CI half-width, n, steps), difference to the reference with its CI, Holm p
-  and the verdict (with the minimum detectable effect beside "not separated"); baselines beneath."""
+  and the verdict (with the minimum detectable effect beside "not separated"); baselines beneath. With ``boot``
+  (:func:`bootstrap`), a last column: of the seeds paired with the reference's, how many differ on the test set
+  (paired bootstrap p < 0.05)."""
   values, comparisons = _compared(table, records)
   steps = {r.cell: sorted({x["steps"] for x in records if x["cell"] == r.cell}) for r in table.rows}
   f = lambda v: render.fmt(v, digits)  # noqa: E731
@@ -164,7 +169,13 @@ def markdown(table: Table, records: Sequence[dict], digits: int = 2) -> str:
   rows += [[name, "baseline", "", f(value), "", "", "", ""] for name, value in table.baselines]
   header = ["paper's row", "cell", "paper", "ours (mean ± 95% CI)", "n (steps)", f"vs `{table.reference}` [95% CI]",
             "Holm p", "verdict"]
-  text = f"**{table.title}**\n\n" + render.markdown_table(header, rows, ["---", "---", *[render.RIGHT] * 5, "---"])
+  if boot:
+    header.append("test set: seeds with p < 0.05")
+    for row in rows:
+      ps = boot.get(row[1].strip("`"), [])
+      row.append(f"{sum(p < stats.ALPHA for p in ps)} of {len(ps)}" if ps else "")
+  align = ["---", "---", *[render.RIGHT] * 5, "---", *([render.RIGHT] if boot else [])]
+  text = f"**{table.title}**\n\n" + render.markdown_table(header, rows, align)
   return text + (f"\n\n{table.note}" if table.note else "")
 
 
@@ -205,6 +216,59 @@ def answers(shown: Sequence[tuple[Table, list]]) -> str:
   return "\n".join(lines)
 
 
+def decoded(table: Table, cell: str, root: str) -> dict[int, str]:
+  """Seed -> the path of its final-state test outputs (``<run>/decoded/<split>.txt.gz``), for the runs that have them."""
+  split = table.metric.split("/")[0]
+  paths = {}
+  for path in glob.glob(os.path.join(root, table.folder_of(_row(table, cell)), "seed*")):
+    if os.path.exists(os.path.join(path, "decoded", f"{split}.txt.gz")):
+      paths[int(os.path.basename(path).removeprefix("seed"))] = os.path.join(path, "decoded", f"{split}.txt.gz")
+  return paths
+
+
+def _row(table: Table, cell: str) -> Row:
+  return next(r for r in table.rows if r.cell == cell)
+
+
+def _lines(path: str) -> list[str]:
+  with gzip.open(path, "rt", encoding="utf-8") as f:
+    return f.read().splitlines()
+
+
+def _digest(*paths: str) -> str:
+  h = hashlib.sha256()
+  for p in paths:
+    with open(p, "rb") as f:
+      h.update(f.read())
+  return h.hexdigest()[:16]
+
+
+def bootstrap(table: Table, root: str, cache: dict, references: Callable[[str], list[str]]) -> dict[str, list[float]]:
+  """Per cell, sacrebleu's paired bootstrap p of each seed's test outputs against the reference cell's same seed
+  (BLEU tables whose runs kept their outputs). ``cache`` (``bootstrap.json``) holds each p under the pair's files'
+  SHA-256, so a table is recomputed only where an output changed; ``references(run dir)`` gives the test split's
+  references of a run (the data set is built only for a pair not in the cache)."""
+  if not table.metric.endswith("/bleu"):
+    return {}
+  ours, out = decoded(table, table.reference, root), {}
+  for row in table.rows:
+    mine = decoded(table, row.cell, root) if row.cell != table.reference else {}
+    for seed in sorted(set(mine) & set(ours)):
+      key = f"{table.name}/{row.cell}/seed{seed}/{_digest(ours[seed], mine[seed])}"
+      if key not in cache:
+        a, b = _lines(ours[seed]), _lines(mine[seed])
+        cache[key] = stats.paired_bootstrap(references(os.path.dirname(os.path.dirname(ours[seed])))[:len(a)], a, b)
+      out.setdefault(row.cell, []).append(cache[key])
+  return out
+
+
+def test_references(run_dir: str) -> list[str]:
+  """The raw references of the test split the run at ``run_dir`` was scored on (its data set, built if absent)."""
+  from rpr import data, record
+
+  return data.get_task(record.load(run_dir).data, run_dir).references("test")
+
+
 def plot(table: Table, records: Sequence[dict], root: str, path: str) -> None:
   """The table's cells (:func:`render.table_plot`): final values per seed, and the validation curves."""
   curve = table.metric.replace("test/", "validation/")
@@ -223,16 +287,31 @@ def _p(p: float) -> str:
   return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def readme_block(tables: Sequence[Table], root: str = RESULTS) -> str:
+def _cache(out: str) -> dict:
+  path = os.path.join(out, BOOTSTRAP)
+  if not os.path.exists(path):
+    return {}
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def _not_cached(run_dir: str) -> list[str]:
+  raise ValueError(f"{BOOTSTRAP} has no paired bootstrap of {run_dir}'s test outputs: run python -m experiments "
+                   "tables")
+
+
+def readme_block(tables: Sequence[Table], root: str = RESULTS, out: str = OUT) -> str:
   """The headline tables, as the README's results open with them (between :data:`MARKERS`): each five-seed table
-  once it has a finished run, its history twin (``history_<name>``) until then, and the pilot."""
+  once it has a finished run, its history twin (``history_<name>``) until then, and the pilot. The paired
+  bootstraps come from ``<out>/bootstrap.json`` (:func:`write` computes them)."""
+  cache = _cache(out)
   by_name, shown = {t.name: t for t in tables}, []
   for t in tables:
     if t.headline:
       records, twin = frame(t, root), by_name.get(f"history_{t.name}")
       if records or twin is not None:  # a table with neither runs nor history waits for its first run
         shown.append((t, records) if records else (twin, frame(twin, root)))
-  block = "\n\n".join(markdown(t, records) for t, records in shown)
+  block = "\n\n".join(markdown(t, records, boot=bootstrap(t, root, cache, _not_cached)) for t, records in shown)
   said = answers(shown)
   return block + (f"\n\nThe three questions, as the tables answer them (difference [95% CI], Holm p):\n\n{said}"
                   if said else "")
@@ -241,10 +320,10 @@ def readme_block(tables: Sequence[Table], root: str = RESULTS) -> str:
 def write(root: str = RESULTS, out: str = OUT) -> str:
   """Writes ``<out>/README.md`` and a CSV per table with finished runs; returns the README block."""
   os.makedirs(out, exist_ok=True)
-  tables, sections = protocol_tables(root), []
+  tables, sections, cache = protocol_tables(root), [], _cache(out)
   for t in tables:
     records = frame(t, root)
-    sections.append(markdown(t, records))
+    sections.append(markdown(t, records, boot=bootstrap(t, root, cache, test_references)))
     if records:
       columns = list(dict.fromkeys(("cell", "seed", "steps", t.metric, *t.csv_metrics)))
       render.write_csv(os.path.join(out, f"{t.name}.csv"), columns, [[r[c] for c in columns] for r in records])
@@ -258,7 +337,9 @@ def write(root: str = RESULTS, out: str = OUT) -> str:
             "WMT14 EN-DE BLEU with base models: the shape to compare against, not the scale. One CSV per table "
             "beside this file, one row per cell and seed.\n")
   render.write_text("\n\n".join([header, *sections]) + "\n", os.path.join(out, "README.md"), echo=False)
-  return readme_block(tables, root)
+  if cache:
+    records_lib.replace_lines(os.path.join(out, BOOTSTRAP), [json.dumps(cache, indent=1, sort_keys=True) + "\n"])
+  return readme_block(tables, root, out)
 
 
 def readme_copy(path: str = "README.md") -> str:
@@ -296,5 +377,5 @@ def main(argv) -> None:
       raise app.UsageError(str(e)) from None
   block = write(fv.root, fv.out)
   if fv.readme:
-    records.replace_lines(fv.readme, [text[:match.start(1)] + block + "\n" + text[match.end(1):]])
+    records_lib.replace_lines(fv.readme, [text[:match.start(1)] + block + "\n" + text[match.end(1):]])
   print(block)

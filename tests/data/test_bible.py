@@ -229,6 +229,8 @@ def test_translation_config_variants_validate_and_tiny_runs_end_to_end(tmp_path,
   decoded = tmp_path / "run" / "decoded"
   assert sorted(os.listdir(decoded)) == ["test.txt.gz", "test_avg.txt.gz"]  # validation is not kept
   references = make_task(data_dir, wheel).references("test")
+  from experiments import tables  # what the tables' paired bootstrap scores a run's outputs against
+  assert tables.test_references(str(tmp_path / "run")) == references
   for name, key in (("test.txt.gz", "test/bleu"), ("test_avg.txt.gz", "test_avg/bleu")):
     with gzip.open(decoded / name, "rt", encoding="utf-8") as f:
       hyps = f.read().splitlines()

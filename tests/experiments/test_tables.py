@@ -1,6 +1,8 @@
 """experiments.tables: the protocol's tables from run records, with their statistics, CSVs and the README's copy."""
 
 import csv
+import gzip
+import random
 import dataclasses
 import json
 import pathlib
@@ -95,3 +97,45 @@ def test_each_headline_table_falls_back_to_its_history_until_its_first_run(root)
   assert tables.readme_block([empty, history], str(root)).startswith("**Old table**")
   assert tables.readme_block([dataclasses.replace(empty, folder="x/{cell}"), history], str(root)).startswith(
       "**New table**")
+
+
+def _decoded(run: pathlib.Path, lines) -> None:
+  (run / "decoded").mkdir()
+  with gzip.open(run / "decoded" / "test.txt.gz", "wt", encoding="utf-8") as f:
+    f.write("".join(line + "\n" for line in lines))
+
+
+def test_the_test_set_column_is_sacrebleus_paired_bootstrap_seed_against_seed_cached_by_the_outputs(root, tmp_path):
+  rng = random.Random(0)
+  words = "the lord said unto moses go and speak to the children of israel that they".split()
+  references = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(60)]
+  cut = [" ".join(r.split()[:4]) for r in references]  # a quarter of each reference
+  even = [r if i % 2 == 0 else c for i, (r, c) in enumerate(zip(references, cut))]
+  odd = [c if i % 2 == 0 else r for i, (r, c) in enumerate(zip(references, cut))]  # as good as even, not the same
+  for seed in range(3):
+    _decoded(root / "x" / "a" / f"seed{seed}", even)
+    _decoded(root / "x" / "b" / f"seed{seed}", cut)
+    _decoded(root / "x" / "c" / f"seed{seed}", odd)
+  asked = []
+
+  def refs(run_dir):
+    asked.append(run_dir)
+    return references
+
+  cache = {}
+  boot = tables.bootstrap(TABLE, str(root), cache, refs)
+  assert set(boot) == {"b", "c"} and len(boot["b"]) == len(boot["c"]) == 3  # d has no outputs; a is the reference
+  assert all(p < 0.05 for p in boot["b"]) and all(p > 0.05 for p in boot["c"]), boot
+  assert boot["b"][0] == stats.paired_bootstrap(references, even, cut)
+  assert len(cache) == 6 and len(asked) == 6
+  text = tables.markdown(TABLE, tables.frame(TABLE, str(root)), boot=boot)
+  rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| ")}
+  assert rows["`b`"].endswith("| 3 of 3 |") and rows["`c`"].endswith("| 0 of 3 |") and rows["`d`"].endswith("|  |")
+  # Cached: nothing is recomputed, and the data set is not asked for again...
+  assert tables.bootstrap(TABLE, str(root), cache, tables._not_cached) == boot
+  # ... until an output changes.
+  changed = root / "x" / "b" / "seed1" / "decoded" / "test.txt.gz"
+  with gzip.open(changed, "wt", encoding="utf-8") as f:
+    f.write("".join(r + "\n" for r in references))
+  with pytest.raises(ValueError, match="run python -m experiments tables"):
+    tables.bootstrap(TABLE, str(root), cache, tables._not_cached)
