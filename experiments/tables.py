@@ -217,7 +217,7 @@ def answers(shown: Sequence[tuple[Table, list]]) -> str:
 
 
 def decoded(table: Table, cell: str, root: str) -> dict[int, str]:
-  """Seed -> the path of its final-state test outputs (``<run>/decoded/<split>.txt.gz``), for the runs that have them."""
+  """Seed -> its final-state test outputs (``<run>/decoded/<split>.txt.gz``), for the runs that kept them."""
   split = table.metric.split("/")[0]
   paths = {}
   for path in glob.glob(os.path.join(root, table.folder_of(_row(table, cell)), "seed*")):
