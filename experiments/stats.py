@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -108,3 +108,35 @@ def paired_bootstrap(references: Sequence[str], baseline: Sequence[str], system:
   _, scores = PairedTest([("baseline", list(baseline)), ("system", list(system))], {"BLEU": BLEU()},
                          [list(references)], test_type="bs", n_samples=resamples)()
   return float(scores["BLEU"][1].p_value)
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetStep:
+  """The budget rule for one budget against the next larger: each cell's mean at both, and the pooled SD there."""
+  budget: int
+  larger: int
+  means: dict  # cell -> (mean at budget, mean at larger)
+  sd: float  # the pooled within-cell SD of the larger budget's runs
+  within: bool  # every cell's mean within one SD of its mean at the larger budget
+
+
+def budget_rule(values: Mapping[int, Mapping[str, Sequence[float]]]) -> tuple[list[BudgetStep], Optional[int]]:
+  """The protocol's budget rule: the smallest budget at which, for every cell, the mean final value is within one
+  between-seed SD of the next larger budget's mean (SD pooled within cells over the larger budget's runs).
+
+  Args:
+    values: budget -> cell -> the final values of its seeds. A budget pair is judged once both budgets have at
+      least 2 seeds of every cell.
+  Returns:
+    (each judged pair, the chosen budget or None while no judged pair holds).
+  """
+  steps, budgets = [], sorted(values)
+  for small, large in zip(budgets, budgets[1:]):
+    cells = sorted(set(values[small]) | set(values[large]))
+    if any(len(values[b].get(c, ())) < 2 for b in (small, large) for c in cells):
+      continue
+    runs = [values[large][c] for c in cells]
+    sd = math.sqrt(sum((len(v) - 1) * np.var(v, ddof=1) for v in runs) / sum(len(v) - 1 for v in runs))
+    means = {c: (float(np.mean(values[small][c])), float(np.mean(values[large][c]))) for c in cells}
+    steps.append(BudgetStep(small, large, means, sd, all(abs(a - b) <= sd for a, b in means.values())))
+  return steps, next((s.budget for s in steps if s.within), None)

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from experiments import stats
@@ -70,3 +71,16 @@ def test_paired_bootstrap_on_decoded_outputs():
   assert stats.paired_bootstrap(references, one, other, resamples=200) > 0.2
   with pytest.raises(ValueError, match="differ in length"):
     stats.paired_bootstrap(references, good[:-1], good)
+
+
+def test_the_budget_rule_picks_the_smallest_budget_within_one_pooled_sd_of_the_next_for_every_cell():
+  values = {4000: {"shaw": [14.5, 15.4], "sin": [11.6, 11.7]}, 8000: {"shaw": [19.9, 19.5], "sin": [16.0, 16.6]},
+            16000: {"shaw": [20.0, 19.6], "sin": [16.2, 16.4]}, 32000: {"shaw": [20.1], "sin": []}}
+  steps, chosen = stats.budget_rule(values)
+  assert [(s.budget, s.larger) for s in steps] == [(4000, 8000), (8000, 16000)]  # 32,000 has < 2 seeds a cell
+  sd = math.sqrt((np.var([20.0, 19.6], ddof=1) + np.var([16.2, 16.4], ddof=1)) / 2)  # equal seeds: mean variance
+  assert steps[1].sd == pytest.approx(sd) and steps[1].means["sin"] == pytest.approx((16.3, 16.3))
+  assert [s.within for s in steps] == [False, True] and chosen == 8000  # shaw 19.7 vs 19.8, sin 16.3 vs 16.3
+  values[16000]["sin"] = [17.0, 17.2]  # sinusoidal still gains 0.8, more than the SD (0.2): the rule fails
+  assert stats.budget_rule(values) == (stats.budget_rule(values)[0], None)
+  assert not stats.budget_rule(values)[0][1].within
