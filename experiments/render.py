@@ -240,7 +240,7 @@ def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Se
   Args:
     cells: (name, final values, curves: one (steps, values) per seed).
   """
-  from scipy import stats as scipy_stats
+  from experiments import stats
 
   plt = pyplot()
   panels = [cells[i:i + per_panel] for i in range(0, len(cells), per_panel)] or [[]]
@@ -250,8 +250,9 @@ def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Se
       colour, v = f"C{i}", np.asarray(finals, np.float64)
       left.plot([i] * len(v), v, ".", color=colour, alpha=0.6)
       if len(v):
-        half = (scipy_stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
-        left.errorbar([i], [v.mean()], yerr=[half], fmt="o", color=colour, linewidth=2.5, capsize=5)
+        c = stats.cell(v)  # the tables' own CI
+        left.errorbar([i], [c.mean], yerr=[0.0 if c.n < 2 else (c.high - c.low) / 2], fmt="o", color=colour,
+                      linewidth=2.5, capsize=5)
       for steps, values in curves:
         right.plot(steps, values, color=colour, linewidth=0.8, alpha=0.5)
         right.plot(steps[-1:], values[-1:], "x", color=colour)

@@ -120,7 +120,7 @@ def test_modules_and_functions_stay_small():
 
 
 # experiments/: a library that any experiment, command or sweep may use, and that imports none of them.
-EXPERIMENTS_LIBRARY = ("engine", "runs", "render", "machine", "settings", "paper", "columns")
+EXPERIMENTS_LIBRARY = ("engine", "runs", "render", "machine", "settings", "paper", "columns", "stats")
 
 
 def test_the_experiments_library_imports_no_experiment_and_configs_import_no_experiments():
