@@ -114,6 +114,9 @@ PILOT_SIZES = {"L2d128": (), "L4d128": (("model.num_decoder_layers", 4),),
 # the 6-gram's 31.16: L4d128 (28.17) over L2d256 (24.65), whose 2 layers of d_model 256 hold about twice the
 # weights of 4 layers of 128 (1.41 against 2.01 steps/s, medians under different loads).
 PILOT_SIZE = "L4d128"
+# The protocol's budget B of the clipping curve, set once lm_pilot's step 2 has fixed it; 0 until then, and the
+# sweep lm_paper is not declared.
+PAPER_STEPS = 0
 
 
 def get_sweeps() -> dict:
@@ -132,7 +135,16 @@ def get_sweeps() -> dict:
     return (("num_train_steps", steps), ("eval_every_steps", steps // 16), ("checkpoint_every_steps", steps // 16),
             ("keep_checkpoints", 1)) + final
 
+  # The protocol's cells (experiments/results/protocol.md) at the pilot's size, one workdir each under paper/lm/,
+  # read by experiments/tables.py's clipping table.
+  cells = (*((f"k={k}", f"pe=shaw,k={k}") for k in (0, 1, 2, 4, 8, 16, 64, 256)), ("sinusoidal", "pe=sinusoidal"))
+  paper = {"lm_paper": sweep(
+      f"The protocol's clipping curve on State of the Union: {PILOT_SIZE} at {PAPER_STEPS:,} steps, 5 seeds",
+      seeded((run(cell, here, variant, PILOT_SIZES[PILOT_SIZE] + budget(PAPER_STEPS)) for cell, variant in cells),
+             seeds=range(5), seed_major=True),
+      {**report, "steps": ("validation/perplexity",)}, "paper/lm")} if PAPER_STEPS else {}
   return {
+      **paper,
       "lm_clipping": sweep(
           "Shaw's clipping distance on real text: LM perplexity for k in 0 1 2 4 8 16 64 256, 3 seeds",
           seeded((run(f"k={k}", here, f"pe=shaw,k={k}") for k in (0, 1, 2, 4, 8, 16, 64, 256)), seed_major=True),

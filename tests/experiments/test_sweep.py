@@ -327,3 +327,30 @@ def test_a_runs_step_rate_counts_its_evaluations_where_the_median_interval_would
   rate = sweep_lib._run_rate(records)  # pylint: disable=protected-access
   assert rate == pytest.approx(400 / (3 * 50 + 200))  # the 400 steps over their 350 seconds
   assert sweep_lib._run_rate([{"step": 1, "valid/loss": 1.0}]) is None  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("task,sweep_name,tables", [("translation", "translation_paper", ("table1", "table2", "table3")),
+                                                    ("lm", "lm_paper", ("lm_clipping",))])
+def test_the_paper_sweep_trains_every_cell_of_its_tables_once_per_protocol_seed(monkeypatch, task, sweep_name,
+                                                                                 tables):
+  """Declared only once the pilot fixed the budget; then every cell of the protocol's tables has a workdir per seed
+  (0-4; 0-2 for the schemes beside Table 1) where experiments/tables.py reads it, each training the budget."""
+  import importlib
+
+  from experiments import tables as tables_lib
+
+  module = importlib.import_module(f"configs.{task}")
+  monkeypatch.setattr(module, "PAPER_STEPS", 0)
+  assert sweep_name not in module.get_sweeps()
+  monkeypatch.setattr(module, "PAPER_STEPS", 12_000)
+  declared = module.get_sweeps()[sweep_name]
+  runs = {(f"{declared['folder']}/{r['name']}", r["seed"]) for r in declared["runs"]}
+  assert len(runs) == len(declared["runs"])
+  beside = {"rope", "t5", "alibi_directional"}
+  wanted = {(t.folder_of(row), s) for t in tables_lib.protocol_tables() if t.name in tables for row in t.rows
+            for s in range(3 if row.cell in beside else 5)}
+  assert runs == wanted
+  for r in declared["runs"]:  # each a valid config (unknown override keys would fail: the config is locked)
+    config = sweep_lib.load_config(sweeps.Run(**r), "root")
+    validate(config, num_devices=1)
+    assert (config.num_train_steps, config.seed) == (12_000, r["seed"])
