@@ -172,6 +172,13 @@ def release(workdir: str) -> None:
       f.close()
 
 
+def release_all() -> None:
+  """Gives back every lock this process holds (a process ending at once: rpr.stop.end_at_once)."""
+  for key in list(_held):
+    _held[key][1] = 1
+    release(key)
+
+
 @contextlib.contextmanager
 def lock(workdir: str):
   acquire(workdir)

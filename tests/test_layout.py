@@ -169,7 +169,6 @@ COVERED_BY = {
     "rpr/data/task.py": "tests/data/test_arithmetic.py",
     "rpr/data/text.py": "tests/data/test_bible.py",
     "rpr/steps.py": "tests/test_train.py",
-    "rpr/stop.py": "tests/test_train.py",
     "rpr/tokens.py": "tests/test_predict.py",
     "experiments/__main__.py": "tests/experiments/test_app.py",
     "experiments/arithmetic.py": "tests/experiments/test_arithmetic_experiment.py",
