@@ -77,6 +77,9 @@ _RESTORE_UNVERIFIED = flags.DEFINE_bool(
 _TRUST_CHECKPOINTS = flags.DEFINE_bool(
     "trust_checkpoints", False, "Go on in a workdir that has checkpoints but no config.json, taking this config as "
     "the one that trained them.")
+_SKIP_MEMORY_CHECK = flags.DEFINE_bool(
+    "skip_memory_check", False, "Start a run whose estimated memory (rpr/memory.py: parameters, gradients, "
+    "Adam's moments and one step's activations, a lower bound) exceeds this machine's.")
 _ALLOW_CONFIG_CHANGE = flags.DEFINE_list(
     "allow_config_change", [], "Config keys a resumed run may change besides rpr.record.RESUME_SAFE_KEYS, "
     "e.g. learning_rate,model.dropout_rate.")
@@ -201,6 +204,10 @@ def _run():
   # Every check but the device count's before JAX starts (or logs anything), so a user error is the only line;
   # the config's own before the workdir is made, then the workdir's lock (one run per workdir), then its history.
   config = config_lib.parse(_load_config())
+  if not _SKIP_MEMORY_CHECK.value:  # before the workdir is made and JAX allocates anything
+    from rpr import memory
+
+    memory.check(config)
   if single and not _MULTIHOST.value:
     workdir.acquire(_WORKDIR.value)
   try:  # a clean exit (finished, stopped by a signal, a user error) leaves the lock empty: nothing stale
