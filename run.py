@@ -91,9 +91,11 @@ def _debugging(argv=()) -> bool:
 
 def _fail(message: str) -> None:
   """One line on stderr and exit status 2: a user error, not a bug."""
+  from rpr import peers
+
   print(f"run.py: error: {message}", file=sys.stderr, flush=True)
-  if "rpr.peers" in sys.modules and sys.modules["rpr.peers"].running():
-    sys.modules["rpr.peers"].exit_now(2)  # not through JAX's shutdown barrier (rpr/peers.py)
+  if peers.running():
+    peers.exit_now(2)  # several processes: not through JAX's shutdown barrier (rpr/peers.py)
   sys.exit(2)
 
 
