@@ -179,6 +179,7 @@ def train(run: Run, writer, on_save: Callable[[int], None] = lambda step: None) 
   for step in range(start, num_steps):
     # PAD rows (weight 0) make a token-budget batch's row count divisible by the devices.
     run.state, m = run.step_fn(run.state, host_batch(run.task, step, mesh))
+    stop.stepping()  # compiled and launched: a signal now stops after a step, with a checkpoint
     if previous is not None:  # one step behind, so the host does not wait for the step just launched
       _check_finite(*previous, ckpt)
     previous = (step + 1, m)  # named, like its records, by the step its update reaches

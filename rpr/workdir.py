@@ -31,6 +31,7 @@ from rpr import records
 LOCK = ".lock"
 PROCESSES = "processes.jsonl"  # one line per process that trained the run (record_process)
 _held: dict[str, list] = {}  # realpath -> [open file, count]
+_warned: set = set()  # (path, line) of the damaged lines of processes.jsonl warned of
 
 
 class Busy(RuntimeError):
@@ -67,15 +68,25 @@ def record_process(workdir: str, start: float, steps: tuple[int, int], running: 
   path = os.path.join(workdir, PROCESSES)
   kept = []
   if os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      for line in f:
-        if line.strip() and _process_key(json.loads(line)) != this:
-          kept.append(line.rstrip("\n") + "\n")
+    with open(path, "rb") as f:
+      for n, line in enumerate(f, 1):
+        if line.strip() and _span(path, n, line) != this:
+          kept.append(line.decode("utf-8", "surrogateescape").rstrip("\n") + "\n")
   records.replace_lines(path, kept + [json.dumps(record, sort_keys=True) + "\n"])  # one writer: the lock's holder
 
 
-def _process_key(span: dict) -> tuple:
-  return span.get("host"), span.get("pid"), span.get("start")
+def _span(path: str, n: int, line: bytes) -> Optional[tuple]:
+  """The (host, PID, start) of line ``n`` of ``processes.jsonl``; None for a damaged line, which is kept as it is
+  (the other spans can be trusted), with one warning per process."""
+  try:
+    span = json.loads(line.decode("utf-8"))
+    return span.get("host"), span.get("pid"), span.get("start")
+  except (ValueError, AttributeError) as e:
+    if (path, n) not in _warned:
+      _warned.add((path, n))
+      logging.warning("%s, line %d is not a process's span (%s): kept as it is and passed over; delete that line "
+                      "if it is of no use.", path, n, (str(e).splitlines() or [type(e).__name__])[0][:100])
+    return None
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
@@ -170,6 +181,13 @@ def release(workdir: str) -> None:
     finally:
       fcntl.flock(f, fcntl.LOCK_UN)
       f.close()
+
+
+def release_all() -> None:
+  """Gives back every lock this process holds (a process ending at once: rpr.stop.end_at_once)."""
+  for key in list(_held):
+    _held[key][1] = 1
+    release(key)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ LEVELS = {
     "rpr.model": 2, "rpr.workdir": 2, "rpr.writers": 2,
     "rpr.predict": 3, "rpr.config": 3, "rpr.evaluation": 3, "rpr.steps": 3,
     "rpr.record": 4,  # config.json: reads rpr.config's tree
+    "rpr.memory": 4,  # estimates the memory of rpr.config's tree
     "rpr.assemble": 5,  # builds a run from the tree's sections
     "rpr.loop": 6,  # trains what rpr.assemble built
     "rpr.train": 7,
@@ -169,7 +170,6 @@ COVERED_BY = {
     "rpr/data/task.py": "tests/data/test_arithmetic.py",
     "rpr/data/text.py": "tests/data/test_bible.py",
     "rpr/steps.py": "tests/test_train.py",
-    "rpr/stop.py": "tests/test_train.py",
     "rpr/tokens.py": "tests/test_predict.py",
     "experiments/__main__.py": "tests/experiments/test_app.py",
     "experiments/arithmetic.py": "tests/experiments/test_arithmetic_experiment.py",
