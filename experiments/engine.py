@@ -17,8 +17,6 @@ from rpr import config as _config
 from rpr import record as _record
 from rpr import records as _records
 
-PLATEAU_KEYS = _config.PLATEAU_KEYS  # the plateau rule's keys: how long a cell trains, not what it trains
-ConfigError = _config.ConfigError
 dedupe, end_step, plateau_step = _records.dedupe, _records.end_step, _records.plateau_step
 
 
@@ -86,17 +84,6 @@ def recorded_config(raw: dict) -> dict:
   defaults = base.get_config().to_dict()
   config = _record.migrate(raw)
   return {**{k: defaults[k] for k in _config.ENGINE_KEYS if k in defaults and k not in config}, **config}
-
-
-def migrate(raw: dict) -> dict:
-  return _record.migrate(raw)
-
-
-def model(config, vocab_size: int, deterministic: bool = True):
-  """The ``rpr.model.Transformer`` a run config builds for ``vocab_size`` tokens."""
-  from rpr.model import Transformer
-
-  return Transformer(_config.parse(config).model.replace(vocab_size=vocab_size, deterministic=deterministic))
 
 
 def task_and_model(config, data_dir: str, num_devices: int):
