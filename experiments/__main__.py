@@ -5,7 +5,7 @@
   python -m experiments sweep --list                                      # the sweeps, from configs/<task>.py
   python -m experiments baselines [--out DIR]                             # the real-text tables' baselines
   python -m experiments tables                                            # the one report: the protocol's tables
-  python -m experiments bench step|malloc|memory|attention [flags]        # the benchmarks
+  python -m experiments bench step|attention [flags]                      # the benchmarks
 
 Each verb is a module with ``define_flags()`` and ``main(argv)``: ``experiments/sweep.py``,
 ``baselines.py``, ``tables.py`` and the benchmarks' (``BENCHMARKS``); ``python -m experiments VERB --help`` lists its
@@ -18,8 +18,7 @@ import sys
 
 VERBS = {"sweep": "experiments.sweep", "baselines": "experiments.baselines", "tables": "experiments.tables",
          "bench": None}
-BENCHMARKS = {"step": "experiments.bench.step", "malloc": "experiments.bench.malloc",
-              "memory": "experiments.bench.memory_report", "attention": "experiments.bench.attention_report"}
+BENCHMARKS = {"step": "experiments.bench.step", "attention": "experiments.bench.attention_report"}
 
 
 def _fail(message: str) -> None:

@@ -98,26 +98,12 @@ def task_and_model(config, data_dir: str, num_devices: int):
                                                                        parsed.budget.num_train_steps)
 
 
-def model_config(**fields):
-  """A validated ``rpr.model.ModelConfig`` of ``fields`` (a model built without a run config: the benchmarks)."""
-  from rpr import model as model_lib
-
-  return model_lib.ModelConfig(**fields).validate()
-
-
 def preset_model(name: str, **overrides):
   """``(model config, Transformer)`` of the named model preset (``base``, ``big``, ``tiny``) with ``overrides``."""
   from rpr import model as model_lib
 
   config = model_lib.preset(name, **overrides)
   return config, model_lib.Transformer(config)
-
-
-def build(model_config):
-  """The model ``rpr.model.build`` makes of a ``ModelConfig``."""
-  from rpr import model as model_lib
-
-  return model_lib.build(model_config)
 
 
 def init_state(*args, **kwargs):
@@ -132,20 +118,3 @@ def train_step(*args, **kwargs):
   from rpr import steps
 
   return steps.train_step(*args, **kwargs)
-
-
-def load_params(workdir: str):
-  """The parameters of the newest checkpoint in ``workdir/checkpoints``.
-
-  Raises:
-    FileNotFoundError: if there is no checkpoint.
-  """
-  import os
-
-  import orbax.checkpoint as ocp
-
-  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-  steps = [int(s) for s in os.listdir(directory) if s.isdigit()]
-  if not steps:
-    raise FileNotFoundError(f"no checkpoint in {directory}")
-  return ocp.StandardCheckpointer().restore(os.path.join(directory, str(max(steps)), "default"))["params"]

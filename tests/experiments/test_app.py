@@ -20,7 +20,7 @@ def _run(*args):
 @pytest.mark.parametrize("args, message", [
     ((), "verb None; allowed: sweep, baselines, tables, bench"),
     (("train",), "verb 'train'; allowed: sweep, baselines, tables, bench"),
-    (("bench", "disk"), "bench 'disk'; allowed: step, malloc, memory, attention"),
+    (("bench", "disk"), "bench 'disk'; allowed: step, attention"),
     (("sweep", "nope"), "unknown sweep 'nope'; allowed: ['arithmetic',"),
     (("sweep", "length_tiny", "--workers", "0"), "--workers"),
     (("report", "x/*"), "verb 'report'; allowed: sweep, baselines, tables, bench"),  # retired: the tables' now
