@@ -15,10 +15,10 @@ default 8), ``directional=0|1`` (ALiBi with a halved slope to the right, pe=alib
 
   .venv/bin/python run.py --config=configs/length.py:pe=shaw --workdir=workdirs/length/shaw
 
-Every scheme, 3 seeds, then the report (accuracy against length)::
+Every scheme, 3 seeds (their report, accuracy against length, was written by the retired report writer:
+experiments/README.md)::
 
   .venv/bin/python -m experiments sweep length
-  .venv/bin/python -m experiments report "workdirs/sweeps/length/*/*" --by_length --out experiments/results/length
 
 Results, with their seeds: experiments/results/length/README.md.
 """

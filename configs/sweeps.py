@@ -4,8 +4,8 @@ A config file's ``get_sweeps()`` returns ``{name: sweep(...)}``: plain dicts, so
 experiments/, which reads them (``experiments/sweeps.py``: the Run and Sweep types and the registry). A run is a
 config file, a variant of it, config keys set over it (``--config.<key>=<value>``; ``"{root}"`` in a string is the
 sweeps' root) and a seed; its workdir is ``<root>/<folder>/<run name>/seed<seed>``, or, with ``same_as``
-(``"<sweep>/<run name>"``), that other sweep's run's, so a shared cell trains once. ``report`` holds the fields of
-the sweep's report (``experiments.report.ReportSpec``).
+(``"<sweep>/<run name>"``), that other sweep's run's, so a shared cell trains once. ``report`` and ``shorter`` held
+the fields of the sweep's report for the retired report writer (experiments/README.md); nothing reads them now.
 """
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ with ``<name>`` the variant's words joined by ``_`` (``table2,k=4`` ->
 
 The metric is ``<split>/bleu`` at the last step in ``<workdir>/metrics.jsonl``;
 ``python -m experiments sweep wmt_table1`` (``wmt_table2``, ``wmt_table3``)
-runs or prints a whole table and ``experiments/report.py`` tabulates it beside
-these numbers. Not run here (a base cell is 100k steps on 8 accelerators).
+runs or prints a whole table, to be tabulated beside these numbers as
+``experiments/protocol.py`` declares tables. Not run here (a base cell is 100k steps on 8 accelerators).
 
 Expected result: the paper's numbers, minus what differs here. Shaw report
 tensor2tensor's BLEU on tokenised text, which is typically higher than

@@ -121,7 +121,7 @@ def test_modules_and_functions_stay_small():
 
 
 # experiments/: a library that any experiment, command or sweep may use, and that imports none of them.
-EXPERIMENTS_LIBRARY = ("engine", "runs", "render", "machine", "settings", "paper", "columns", "stats")
+EXPERIMENTS_LIBRARY = ("engine", "runs", "render", "machine", "settings", "paper", "protocol", "stats")
 
 
 def test_the_experiments_library_imports_no_experiment_and_configs_import_no_experiments():
@@ -163,7 +163,7 @@ COVERED_BY = {
     "rpr/data/sections.py": "tests/test_config.py",
     "rpr/fields.py": "tests/test_config.py",
     "rpr/loop.py": "tests/test_train.py",
-    "rpr/data/bounds.py": "tests/experiments/test_columns.py",
+    "rpr/data/bounds.py": "tests/data/test_arithmetic.py",
     "rpr/data/corpus.py": "tests/data/test_bible.py",
     "rpr/data/lm.py": "tests/data/test_sotu.py",
     "rpr/data/sentencepiece_vocab.py": "tests/data/test_wmt.py",
@@ -172,20 +172,14 @@ COVERED_BY = {
     "rpr/steps.py": "tests/test_train.py",
     "rpr/tokens.py": "tests/test_predict.py",
     "experiments/__main__.py": "tests/experiments/test_app.py",
-    "experiments/arithmetic.py": "tests/experiments/test_arithmetic_experiment.py",
     "experiments/bench/attention.py": "tests/experiments/test_bench_attention.py",
     "experiments/bench/attention_report.py": "tests/experiments/test_bench_attention.py",
-    "experiments/bench/hlo.py": "tests/experiments/test_bench_memory.py",
-    "experiments/bench/malloc.py": "tests/experiments/test_bench_malloc.py",
-    "experiments/bench/memory.py": "tests/experiments/test_bench_memory.py",
-    "experiments/bench/memory_report.py": "tests/experiments/test_bench_memory.py",
     "experiments/bench/step.py": "tests/experiments/test_bench_step.py",
     "experiments/engine.py": "tests/experiments/test_sweep.py",
     "experiments/machine.py": "tests/experiments/test_bench_attention.py",
-    "experiments/paper.py": "tests/experiments/test_report.py",
-    "experiments/render.py": "tests/experiments/test_report.py",
-    "experiments/runs.py": "tests/experiments/test_report.py",
-    "experiments/sections.py": "tests/experiments/test_baselines.py",
+    "experiments/paper.py": "tests/experiments/test_sweep.py",
+    "experiments/protocol.py": "tests/experiments/test_tables.py",
+    "experiments/render.py": "tests/experiments/test_tables.py",
     "experiments/settings.py": "tests/experiments/test_bench_attention.py",
     "experiments/sweeps.py": "tests/experiments/test_sweep.py",
 }
