@@ -1,4 +1,4 @@
-"""What a run owns in its workdir: the lock that keeps a second run out, and its ``config.json``.
+"""What a run owns in its workdir: the lock that keeps a second run out, and the span of each process.
 
 One run per workdir: :func:`lock` takes an exclusive ``flock`` on
 ``<workdir>/.lock`` and writes the holder's PID, host and start time into
@@ -8,8 +8,7 @@ ends; a lock file whose holder is gone is stale, and the next run takes it
 over with a warning. A process may take the lock of one workdir more than
 once (``run.py``, then ``train_and_evaluate``); it is released at the last release.
 
-``config.json`` is written atomically (:func:`write_record`), so a kill
-never leaves half of one.
+``config.json`` is :mod:`rpr.record`'s; ``metrics.jsonl`` is :mod:`rpr.records`'.
 """
 
 from __future__ import annotations
@@ -214,8 +213,3 @@ def _describe(record: dict) -> str:
 def _holder(f) -> str:
   record = _read(f)
   return _describe(record) if record else "another process (it has not written its PID yet)"
-
-
-def write_record(workdir: str, record: dict) -> None:
-  """``<workdir>/config.json`` = ``record``, replaced atomically."""
-  records.replace_lines(os.path.join(workdir, "config.json"), [json.dumps(record, indent=2, sort_keys=True)])
