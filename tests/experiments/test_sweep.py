@@ -317,7 +317,7 @@ def test_the_paper_sweep_trains_every_cell_of_its_tables_once_per_protocol_seed(
   (0-4; 0-2 for the schemes beside Table 1) where experiments/tables.py reads it, each training the budget."""
   import importlib
 
-  from experiments import tables as tables_lib
+  from experiments import protocol
 
   module = importlib.import_module(f"configs.{task}")
   monkeypatch.setattr(module, "PAPER_STEPS", 0)
@@ -327,7 +327,8 @@ def test_the_paper_sweep_trains_every_cell_of_its_tables_once_per_protocol_seed(
   runs = {(f"{declared['folder']}/{r['name']}", r["seed"]) for r in declared["runs"]}
   assert len(runs) == len(declared["runs"])
   beside = {"rope", "t5", "alibi_directional"}
-  wanted = {(t.folder_of(row), s) for t in tables_lib.protocol_tables() if t.name in tables for row in t.rows
+  wanted = {(t.folder_of(row), s) for t in protocol.protocol_tables(str(sweeps.ROOT))
+            if t.name in tables for row in t.rows
             for s in range(3 if row.cell in beside else 5)}
   assert runs == wanted
   for r in declared["runs"]:  # each a valid config (unknown override keys would fail: the config is locked)
