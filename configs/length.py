@@ -87,10 +87,8 @@ def get_sweeps() -> dict:
   return {
       "length": sweep(
           "Length generalisation on reverse: every position scheme, train 1-12 digits, test 1-24, 3 seeds",
-          seeded([run(s, here, f"pe={s}") for s in positions.SCHEMES] + [run("shaw_k4", here, "pe=shaw,k=4")]),
-          dict(by_length=True)),
+          seeded([run(s, here, f"pe={s}") for s in positions.SCHEMES] + [run("shaw_k4", here, "pe=shaw,k=4")])),
       "length_tiny": sweep(
           "The tiny length config with two schemes and two seeds (seconds; for tests)",
-          seeded((run(s, here, f"tiny,pe={s}") for s in ("shaw", "sinusoidal")), seeds=(0, 1)),
-          dict(by_length=True)),
+          seeded((run(s, here, f"tiny,pe={s}") for s in ("shaw", "sinusoidal")), seeds=(0, 1))),
   }

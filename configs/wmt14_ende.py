@@ -235,7 +235,6 @@ def get_sweeps() -> dict:
   return {f"wmt_table{table}": sweep(
       f"Table {table} on WMT14 EN-DE (Shaw's setup; accelerators needed), one seed",
       (run(name(c.variant), "configs/wmt14_ende.py", c.variant, (("cache_dir", "{root}/wmt14_cache"),))
-       for c in CELLS if c.table == table),
-      dict(metric=metric, x=x, paper=f"table{table}"))
+       for c in CELLS if c.table == table))
       for table, metric, x in ((1, "test/bleu", None), (2, "validation/bleu", "max_distance"),
                                (3, "validation/bleu", None))}

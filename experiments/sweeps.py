@@ -73,7 +73,6 @@ def _load() -> dict[str, Sweep]:
       runs = tuple(Run(**r) for r in s["runs"])
       if len({(r.name, r.seed) for r in runs}) != len(runs):
         raise ValueError(f"sweep {name!r} has two runs with the same name and seed")
-      # A declaration's "report" and "shorter" were the retired report writer's (experiments/README.md): unread.
       out[name] = Sweep(name, s["description"], runs, s["folder"] or name)
   return out
 

@@ -309,8 +309,8 @@ def test_a_runs_step_rate_counts_its_evaluations_where_the_median_interval_would
   assert sweep_lib._run_rate([{"step": 1, "valid/loss": 1.0}]) is None  # pylint: disable=protected-access
 
 
-@pytest.mark.parametrize("task,sweep_name,tables", [("translation", "translation_paper", ("table1", "table2", "table3")),
-                                                    ("lm", "lm_paper", ("lm_clipping",))])
+@pytest.mark.parametrize("task,sweep_name,tables", [
+    ("translation", "translation_paper", ("table1", "table2", "table3")), ("lm", "lm_paper", ("lm_clipping",))])
 def test_the_paper_sweep_trains_every_cell_of_its_tables_once_per_protocol_seed(monkeypatch, task, sweep_name,
                                                                                  tables):
   """Declared only once the pilot fixed the budget; then every cell of the protocol's tables has a workdir per seed
