@@ -74,7 +74,7 @@ def markdown(table: Table, records: Sequence[dict], boot: Optional[dict] = None)
       rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n, f"{cmp.diff:+.{digits}f}" if cmp else "",
                    "", "not tested (< 2 seeds a side)"])
       continue
-    verdict = cmp.verdict if cmp.verdict != "not separated" else f"not separated (MDE {f(cmp.mde)})"
+    verdict = _said(table, cmp) if cmp.verdict != "not separated" else f"not separated (MDE {f(cmp.mde)})"
     rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n,
                  f"{cmp.diff:+.{digits}f} [{cmp.low:+.{digits}f}, {cmp.high:+.{digits}f}]", _p(cmp.p_holm), verdict])
   rows += [[name, "baseline", "", f(value), "", "", "", ""] for name, value in table.baselines]
@@ -86,8 +86,20 @@ def markdown(table: Table, records: Sequence[dict], boot: Optional[dict] = None)
       ps = boot.get(row[1].strip("`"), [])
       row.append(f"{sum(p < stats.ALPHA for p in ps)} of {len(ps)}" if ps else "")
   align = ["---", "---", *[render.RIGHT] * 5, "---", *([render.RIGHT] if boot else [])]
+  if not any(r.paper_row or r.paper is not None for r in table.rows):  # nothing of the paper's (run.py's table)
+    header, align = [header[1], *header[3:]], [align[1], *align[3:]]
+    rows = [[row[0] if row[1] == "baseline" else row[1], *row[3:]] for row in rows]
   text = f"**{table.title}**\n\n" + render.markdown_table(header, rows, align)
   return text + (f"\n\n{table.note}" if table.note else "")
+
+
+def _said(table: Table, cmp) -> str:
+  """A comparison's verdict as a reader takes it: a separated one says whether the row is better or worse than the
+  reference (lower is better for a perplexity or a loss)."""
+  if cmp.verdict == "not separated":
+    return cmp.verdict
+  lower_better = any(m in table.metric for m in ("perplexity", "loss"))
+  return f"{cmp.verdict} ({'better' if (cmp.diff < 0) == lower_better else 'worse'})"
 
 
 def _compared(table: Table, records: Sequence[dict]) -> tuple[dict, dict]:
@@ -111,7 +123,7 @@ def answers(shown: Sequence[tuple[Table, list]]) -> str:
     for cell in cells:
       cmp = comparisons.get(cell)
       if cmp is not None and cmp.verdict not in ("not tested",):
-        verdict = cmp.verdict if cmp.verdict != "not separated" else f"not separated from `{table.reference}`"
+        verdict = _said(table, cmp) if cmp.verdict != "not separated" else f"not separated from `{table.reference}`"
         detail = f"{cmp.diff:+.2f} [{cmp.low:+.2f}, {cmp.high:+.2f}], p {_p(cmp.p_holm)}"
         clauses.setdefault(verdict, []).append(f"`{cell}` ({detail})")
     if clauses:
