@@ -136,6 +136,15 @@ PILOT_BUDGETS = (4_000, 8_000, 16_000)  # the protocol's pilot (experiments/resu
 # The protocol's budget B of the five-seed tables, set once translation_pilot's rule has fixed it; 0 until then,
 # and the sweep translation_paper is not declared.
 PAPER_STEPS = 0
+# Its cells (experiments/results/protocol.md): (cell, variant, overrides, seeds), one workdir each under
+# paper/translation/, where experiments/protocol.py's Tables 1-3 read them.
+PAPER_CELLS = (
+    ("sinusoidal", "pe=sinusoidal", (), 5), ("shaw", "pe=shaw,k=16", (), 5),
+    ("shaw+sinusoidal", "pe=shaw,k=16", (("model.shaw.add_sinusoidal", True),), 5),
+    *((f"k={k}", f"pe=shaw,k={k}", (), 5) for k in (0, 1, 2, 4, 64, 256)),
+    ("ak", "pe=shaw,k=16", (("model.shaw.use_values", False),), 5),
+    ("av", "pe=shaw,k=16", (("model.shaw.use_keys", False),), 5),
+    ("rope", "pe=rope", (), 3), ("t5", "pe=t5", (), 3), ("alibi_directional", "pe=alibi_directional", (), 3))
 
 
 def get_sweeps() -> dict:
@@ -151,19 +160,11 @@ def get_sweeps() -> dict:
       ("av=on,ak=off", "pe=shaw,k=16", (("model.shaw.use_keys", False),), 2),
       ("ak+sinusoidal", "pe=shaw,k=16", ak_alone + sinusoids, 2))
   greedy_curve = (("decode_method", "greedy"), ("final_decode_method", "beam"))
-  # The protocol's cells (experiments/results/protocol.md): (cell, variant, overrides, seeds), one workdir each
-  # under paper/translation/, read by experiments/tables.py's Tables 1-3.
-  paper_cells = (
-      ("sinusoidal", "pe=sinusoidal", (), 5), ("shaw", "pe=shaw,k=16", (), 5),
-      ("shaw+sinusoidal", "pe=shaw,k=16", sinusoids, 5),
-      *((f"k={k}", f"pe=shaw,k={k}", (), 5) for k in (0, 1, 2, 4, 64, 256)),
-      ("ak", "pe=shaw,k=16", ak_alone, 5), ("av", "pe=shaw,k=16", (("model.shaw.use_keys", False),), 5),
-      ("rope", "pe=rope", (), 3), ("t5", "pe=t5", (), 3), ("alibi_directional", "pe=alibi_directional", (), 3))
   paper = {"translation_paper": sweep(
       f"The protocol's Tables 1-3 on Bible FR-EN: {PAPER_STEPS:,} steps with a cool-down, 5 seeds (3 for RoPE, T5, "
       "ALiBi)",
       (run(cell, here, variant, overrides + ending(PAPER_STEPS) + greedy_curve, seed=s)
-       for s in range(5) for cell, variant, overrides, n in paper_cells if s < n),
+       for s in range(5) for cell, variant, overrides, n in PAPER_CELLS if s < n),
       "paper/translation")} if PAPER_STEPS else {}
   return {
       **paper,
