@@ -3,9 +3,9 @@
 Without ``--config`` it runs ``configs/arithmetic.py:quick`` in ``workdirs/default``
 (CPU-sized, a few minutes): seed 002's arithmetic trained with Shaw's relative
 attention, with sinusoids and with no position information
-(``<workdir>/<scheme>``, by the sweeps' launcher), then the report of the three
+(``<workdir>/<scheme>``, by the sweeps' launcher), then the table of the three
 beside the bag-of-characters bound (``<workdir>/report``, by
-experiments/report.py). With ``--config`` it is one run.
+experiments/tables.py). With ``--config`` it is one run.
 
 A user error (a config key or value, a variant word, a flag, the config
 file, the workdir, a checkpoint, a failed save or write, a damaged
@@ -22,7 +22,10 @@ rpr.record.RESUME_SAFE_KEYS or ``--allow_config_change``, and
 checkpoints without a config.json unless ``--trust_checkpoints``. The
 config file's ConfigDict is parsed here once, into the typed
 ``rpr.config.RunConfig`` the library takes (``rpr.config.parse``). SIGTERM
-saves a checkpoint after the current step and exits with status 3.
+saves a checkpoint after the current step and exits with status 3; before
+the first step (starting up, initialising, compiling) it ends the run at
+once, with status 3 and nothing new to save (rpr/stop.py). A process of a
+``--multihost`` run whose peer dies ends in one line naming it (rpr/peers.py).
 Single keys are overridden with ``--config.<key>=<value>``. On a multi-host
 cluster (TPU pod slice, several GPU hosts) pass ``--multihost`` on every host
 so that ``jax.distributed.initialize()`` runs before JAX is used.
@@ -74,6 +77,9 @@ _RESTORE_UNVERIFIED = flags.DEFINE_bool(
 _TRUST_CHECKPOINTS = flags.DEFINE_bool(
     "trust_checkpoints", False, "Go on in a workdir that has checkpoints but no config.json, taking this config as "
     "the one that trained them.")
+_SKIP_MEMORY_CHECK = flags.DEFINE_bool(
+    "skip_memory_check", False, "Start a run whose estimated memory (rpr/memory.py: parameters, gradients, "
+    "Adam's moments and one step's activations, a lower bound) exceeds this machine's.")
 _ALLOW_CONFIG_CHANGE = flags.DEFINE_list(
     "allow_config_change", [], "Config keys a resumed run may change besides rpr.record.RESUME_SAFE_KEYS, "
     "e.g. learning_rate,model.dropout_rate.")
@@ -85,7 +91,11 @@ def _debugging(argv=()) -> bool:
 
 def _fail(message: str) -> None:
   """One line on stderr and exit status 2: a user error, not a bug."""
+  from rpr import peers
+
   print(f"run.py: error: {message}", file=sys.stderr, flush=True)
+  if peers.running():
+    peers.exit_now(2)  # several processes: not through JAX's shutdown barrier (rpr/peers.py)
   sys.exit(2)
 
 
@@ -158,13 +168,24 @@ def main(argv):
   if _PRINT_CONFIG.value:
     print(_load_config())
     return
+  from rpr import peers
   from rpr import stop
+
+  if _MULTIHOST.value and not os.environ.get(peers.SUPERVISED):  # the work in a child: a dead peer is one line
+    sys.exit(peers.supervise([sys.executable, *sys.orig_argv[1:]], _PROCESS_ID.value, _NUM_PROCESSES.value))
 
   try:
     with stop.handle_signals() as request:  # SIGTERM stops the run with a checkpoint and exit status 3
       request.requested = bool(_EARLY_SIGNALS)
+      # One run (not the quick comparison, whose runs stop themselves; not several processes, which stop
+      # together at a step: rpr/loop.py).
+      if flags.FLAGS["config"].present and not _MULTIHOST.value:
+        from rpr import workdir
+
+        stop.end_at_once(request, workdir.release_all)  # until the first step: XLA may block for minutes
       _run()
   except Exception as e:  # user errors are one line; bugs keep their traceback
+    peers.settle()  # several processes: a dead peer, if that is what the error echoes, is named instead
     if isinstance(e, _user_errors()) and not _debugging():
       _fail(str(e))
     raise
@@ -185,6 +206,10 @@ def _run():
   # Every check but the device count's before JAX starts (or logs anything), so a user error is the only line;
   # the config's own before the workdir is made, then the workdir's lock (one run per workdir), then its history.
   config = config_lib.parse(_load_config())
+  if not _SKIP_MEMORY_CHECK.value:  # before the workdir is made and JAX allocates anything
+    from rpr import memory
+
+    memory.check(config)
   if single and not _MULTIHOST.value:
     workdir.acquire(_WORKDIR.value)
   try:  # a clean exit (finished, stopped by a signal, a user error) leaves the lock empty: nothing stale
@@ -205,10 +230,9 @@ def _start(config, single: bool) -> None:
   import jax  # after flag parsing, so --multihost can initialise the runtime first
 
   if _MULTIHOST.value:
-    # CPU hosts (and the tests, several processes on one machine) exchange arrays through gloo; accelerators
-    # use their own collectives and ignore this setting.
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    from rpr import peers
+
+    peers.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)  # its heartbeat bound
   from rpr import train
 
   config_lib.check_devices(config, jax.device_count())  # the batch sizes against the devices, before any log line
@@ -226,14 +250,15 @@ def _start(config, single: bool) -> None:
 
 
 def _compare(config, workdir: str) -> None:
-  """``config`` once per scheme of QUICK_SCHEMES (``<workdir>/<scheme>``), then the report beside the bound.
+  """``config`` once per scheme of QUICK_SCHEMES (``<workdir>/<scheme>``), then their table beside the bound.
 
   The runs are ``run.py`` processes under the sweeps' launcher (submitit's local executor), two at a time on two
   or more cores, each on its own core with one XLA thread: this small model trains about as fast on one thread as
   on two, so two at a time take half the time. The flags given here reach every run."""
   from experiments import engine
   from experiments import launch
-  from experiments import report
+  from experiments import protocol
+  from experiments import tables
 
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
   given = [a for a in sys.argv[1:] if not a.startswith(("--workdir", "--noworkdir"))]
@@ -253,12 +278,17 @@ def _compare(config, workdir: str) -> None:
   if outcome["failed"]:
     sys.exit(f"run.py: {len(outcome['failed'])} run(s) failed: {outcome['failed']} (their logs: "
              f"{os.path.join(workdir, 'submitit')})")
-  out = os.path.join(workdir, "report")
-  report.write_report([j.workdir for j in jobs], out, metric=f"{config.eval_splits[0]}/exact_match",
-                      bound=("bag",) if config.dataset == "arithmetic" else (),
-                      command="python run.py " + " ".join(sys.argv[1:]))
-  with open(os.path.join(out, "table.md"), encoding="utf-8") as f:
-    print(f.read(), flush=True)
+  metric, bound = f"{config.eval_splits[0]}/exact_match", ()
+  if config.dataset == "arithmetic":  # what a model that cannot see the order can reach (rpr/data/bounds.py)
+    from rpr.data import bounds
+
+    bound = (("bound without order: bag of characters (whole set)",
+              bounds.arithmetic_bounds(config.arithmetic_config, ("bag",))["bag_all"]),)
+  table = protocol.Table("plot", f"Position information ({metric})", metric,
+                         tuple(protocol.Row(s, folder=s) for s in QUICK_SCHEMES), "none", baselines=bound, runs="",
+                         digits=4)
+  print(tables.write_one(table, workdir, os.path.join(workdir, "report"), "python run.py " + " ".join(sys.argv[1:])),
+        flush=True)
 
 
 if __name__ == "__main__":

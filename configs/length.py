@@ -15,10 +15,10 @@ default 8), ``directional=0|1`` (ALiBi with a halved slope to the right, pe=alib
 
   .venv/bin/python run.py --config=configs/length.py:pe=shaw --workdir=workdirs/length/shaw
 
-Every scheme, 3 seeds, then the report (accuracy against length)::
+Every scheme, 3 seeds (their report, accuracy against length, was written by the retired report writer:
+experiments/README.md)::
 
   .venv/bin/python -m experiments sweep length
-  .venv/bin/python -m experiments report "workdirs/sweeps/length/*/*" --by_length --out experiments/results/length
 
 Results, with their seeds: experiments/results/length/README.md.
 """
@@ -87,10 +87,8 @@ def get_sweeps() -> dict:
   return {
       "length": sweep(
           "Length generalisation on reverse: every position scheme, train 1-12 digits, test 1-24, 3 seeds",
-          seeded([run(s, here, f"pe={s}") for s in positions.SCHEMES] + [run("shaw_k4", here, "pe=shaw,k=4")]),
-          dict(by_length=True)),
+          seeded([run(s, here, f"pe={s}") for s in positions.SCHEMES] + [run("shaw_k4", here, "pe=shaw,k=4")])),
       "length_tiny": sweep(
           "The tiny length config with two schemes and two seeds (seconds; for tests)",
-          seeded((run(s, here, f"tiny,pe={s}") for s in ("shaw", "sinusoidal")), seeds=(0, 1)),
-          dict(by_length=True)),
+          seeded((run(s, here, f"tiny,pe={s}") for s in ("shaw", "sinusoidal")), seeds=(0, 1))),
   }

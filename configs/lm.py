@@ -124,7 +124,6 @@ def get_sweeps() -> dict:
   from rpr.attention import positions
 
   here = "configs/lm.py"
-  report = dict(metric="test/perplexity", also=("validation/perplexity", *TEST_WINDOWS[1:]), curve=TEST_WINDOWS)
   final = (("eval_splits", ("validation",)), ("final_eval_splits", tuple(m.split("/")[0] for m in TEST_WINDOWS)))
   # The cosine schedule ends at num_train_steps, so a longer run is a new run: validation perplexity every 500
   # steps as the curve, the test windows once at the end.
@@ -141,28 +140,27 @@ def get_sweeps() -> dict:
   paper = {"lm_paper": sweep(
       f"The protocol's clipping curve on State of the Union: {PILOT_SIZE} at {PAPER_STEPS:,} steps, 5 seeds",
       seeded((run(cell, here, variant, PILOT_SIZES[PILOT_SIZE] + budget(PAPER_STEPS)) for cell, variant in cells),
-             seeds=range(5), seed_major=True),
-      {**report, "steps": ("validation/perplexity",)}, "paper/lm")} if PAPER_STEPS else {}
+             seeds=range(5), seed_major=True), "paper/lm")} if PAPER_STEPS else {}
   return {
       **paper,
       "lm_clipping": sweep(
           "Shaw's clipping distance on real text: LM perplexity for k in 0 1 2 4 8 16 64 256, 3 seeds",
           seeded((run(f"k={k}", here, f"pe=shaw,k={k}") for k in (0, 1, 2, 4, 8, 16, 64, 256)), seed_major=True),
-          {**report, "x": "max_distance"}, "lm/clipping"),
+          "lm/clipping"),
       "lm_length": sweep(  # Shaw's row is lm_clipping's k = 16 run (this config's default k)
           "Train short, test long: every position scheme's LM perplexity at 1x, 2x, 4x, 8x its context",
           seeded((run(s, here, f"pe={s}", same_as="lm_clipping/k=16" if s == "shaw" else "")
-                  for s in positions.SCHEMES), seed_major=True), report, "lm/length"),
+                  for s in positions.SCHEMES), seed_major=True), "lm/length"),
       "lm_table3": sweep(
           "Table 3 on real text: LM perplexity with a^V and a^K on/off (k = 16)",
-          seeded(table3_cells(here, both_on="lm_clipping/k=16"), seed_major=True), {**report, "paper": "table3"},
+          seeded(table3_cells(here, both_on="lm_clipping/k=16"), seed_major=True),
           "lm/table3"),
       "lm_curves": sweep(
           f"LM learning curves to {CURVE_STEPS:,} steps (4x): Shaw's k in 2 8 16 64 256, RoPE, ALiBi, sinusoidal, "
           "3 seeds",
           seeded([run(f"k={k}", here, f"pe=shaw,k={k}", curve) for k in (2, 8, 16, 64, 256)]
                  + [run(s, here, f"pe={s}", curve) for s in ("rope", "alibi", "sinusoidal")], seed_major=True),
-          {**report, "steps": ("validation/perplexity",)}, "lm/curves", shorter=("lm_clipping", "lm_length")),
+          "lm/curves"),
       # The model size that puts Shaw (k = 16) clearly ahead of the Kneser-Ney 6-gram (seed 0 of each size at
       # 8,000 steps), then that size's budget. The cosine schedule ends by itself.
       "lm_pilot": sweep(
@@ -171,6 +169,5 @@ def get_sweeps() -> dict:
              for size in ("L4d128", "L2d256")),
            # Step 2: the chosen size (PILOT_SIZE) at 8,000 and 16,000 steps, 2 seeds.
            *(run(f"shaw,{PILOT_SIZE},steps={b}", here, "pe=shaw,k=16", PILOT_SIZES[PILOT_SIZE] + budget(b), seed=s)
-             for b, s in ((8_000, 1), (16_000, 0), (16_000, 1)))],
-          {**report, "steps": ("validation/perplexity",)}, "pilot/lm"),
+             for b, s in ((8_000, 1), (16_000, 0), (16_000, 1)))], "pilot/lm"),
   }

@@ -4,8 +4,8 @@ A config file's ``get_sweeps()`` returns ``{name: sweep(...)}``: plain dicts, so
 experiments/, which reads them (``experiments/sweeps.py``: the Run and Sweep types and the registry). A run is a
 config file, a variant of it, config keys set over it (``--config.<key>=<value>``; ``"{root}"`` in a string is the
 sweeps' root) and a seed; its workdir is ``<root>/<folder>/<run name>/seed<seed>``, or, with ``same_as``
-(``"<sweep>/<run name>"``), that other sweep's run's, so a shared cell trains once. ``report`` holds the fields of
-the sweep's report (``experiments.report.ReportSpec``).
+(``"<sweep>/<run name>"``), that other sweep's run's, so a shared cell trains once. What a sweep's runs
+mean is read by ``python -m experiments tables`` (``experiments/protocol.py``), not declared here.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ def run(name: str, config: str, variant: str = "", overrides: Iterable[tuple[str
           "same_as": same_as}
 
 
-def sweep(description: str, runs: Iterable[dict], report: dict, folder: str = "", shorter: tuple = ()) -> dict:
-  """A named sweep: its runs, its report's fields, its folder under the root ("" for its name), and the sweeps
-  of the same cells at a shorter budget that its report sets beside them."""
-  return {"description": description, "runs": tuple(runs), "report": report, "folder": folder, "shorter": shorter}
+def sweep(description: str, runs: Iterable[dict], folder: str = "") -> dict:
+  """A named sweep: its description, its runs and its folder under the root ("" for its name)."""
+  return {"description": description, "runs": tuple(runs), "folder": folder}
 
 
 def seeded(runs: Iterable[dict], seeds=SEEDS, seed_major: bool = False) -> tuple[dict, ...]:

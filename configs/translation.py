@@ -136,16 +136,22 @@ PILOT_BUDGETS = (4_000, 8_000, 16_000)  # the protocol's pilot (experiments/resu
 # The protocol's budget B of the five-seed tables, set once translation_pilot's rule has fixed it; 0 until then,
 # and the sweep translation_paper is not declared.
 PAPER_STEPS = 0
+# Its cells (experiments/results/protocol.md): (cell, variant, overrides, seeds), one workdir each under
+# paper/translation/, where experiments/protocol.py's Tables 1-3 read them.
+PAPER_CELLS = (
+    ("sinusoidal", "pe=sinusoidal", (), 5), ("shaw", "pe=shaw,k=16", (), 5),
+    ("shaw+sinusoidal", "pe=shaw,k=16", (("model.shaw.add_sinusoidal", True),), 5),
+    *((f"k={k}", f"pe=shaw,k={k}", (), 5) for k in (0, 1, 2, 4, 64, 256)),
+    ("ak", "pe=shaw,k=16", (("model.shaw.use_values", False),), 5),
+    ("av", "pe=shaw,k=16", (("model.shaw.use_keys", False),), 5),
+    ("rope", "pe=rope", (), 3), ("t5", "pe=t5", (), 3), ("alibi_directional", "pe=alibi_directional", (), 3))
 
 
 def get_sweeps() -> dict:
   from configs.sweeps import ending, run, seeded, sweep, table3_cells
-  from rpr import evaluation
 
   here, schemes, shaw = "configs/translation.py", ("sinusoidal", "shaw", "t5", "rope", "alibi_directional"), \
       "translation_table1/shaw"  # Table 2's k = 16 and Table 3's both-on cell are Table 1's Shaw run
-  buckets = tuple(f"test/bleu_by_length/{b}" for b in evaluation.bucket_names(BUCKETS))
-  report = dict(metric="test/bleu", also=("test/chrf", *buckets), curve=buckets)  # BLEU, chrF, BLEU per length
   sinusoids, ak_alone = (("model.shaw.add_sinusoidal", True),), (("model.shaw.use_values", False),)
   curve_cells = (  # (name, variant, overrides, seeds): 3 seeds for Shaw, sinusoidal and RoPE, 2 for the rest
       ("shaw", "pe=shaw,k=16", (), 3), ("sinusoidal", "pe=sinusoidal", (), 3), ("rope", "pe=rope", (), 3),
@@ -154,40 +160,29 @@ def get_sweeps() -> dict:
       ("av=on,ak=off", "pe=shaw,k=16", (("model.shaw.use_keys", False),), 2),
       ("ak+sinusoidal", "pe=shaw,k=16", ak_alone + sinusoids, 2))
   greedy_curve = (("decode_method", "greedy"), ("final_decode_method", "beam"))
-  # The protocol's cells (experiments/results/protocol.md): (cell, variant, overrides, seeds), one workdir each
-  # under paper/translation/, read by experiments/tables.py's Tables 1-3.
-  paper_cells = (
-      ("sinusoidal", "pe=sinusoidal", (), 5), ("shaw", "pe=shaw,k=16", (), 5),
-      ("shaw+sinusoidal", "pe=shaw,k=16", sinusoids, 5),
-      *((f"k={k}", f"pe=shaw,k={k}", (), 5) for k in (0, 1, 2, 4, 64, 256)),
-      ("ak", "pe=shaw,k=16", ak_alone, 5), ("av", "pe=shaw,k=16", (("model.shaw.use_keys", False),), 5),
-      ("rope", "pe=rope", (), 3), ("t5", "pe=t5", (), 3), ("alibi_directional", "pe=alibi_directional", (), 3))
   paper = {"translation_paper": sweep(
       f"The protocol's Tables 1-3 on Bible FR-EN: {PAPER_STEPS:,} steps with a cool-down, 5 seeds (3 for RoPE, T5, "
       "ALiBi)",
       (run(cell, here, variant, overrides + ending(PAPER_STEPS) + greedy_curve, seed=s)
-       for s in range(5) for cell, variant, overrides, n in paper_cells if s < n),
-      {**report, "also": ("test/loss", "test_avg/bleu", *report["also"]), "steps": ("validation/bleu",)},
+       for s in range(5) for cell, variant, overrides, n in PAPER_CELLS if s < n),
       "paper/translation")} if PAPER_STEPS else {}
   return {
       **paper,
       "translation_table1": sweep(
           "Table 1 on Bible FR-EN: Shaw vs sinusoidal, with T5, RoPE and ALiBi beside them",
-          seeded((run(s, here, f"pe={s}") for s in schemes), seed_major=True), {**report, "paper": "table1"},
+          seeded((run(s, here, f"pe={s}") for s in schemes), seed_major=True),
           "translation/table1"),
       "translation_table2": sweep(
           "Table 2 on Bible FR-EN: k in 0 1 2 4 8 16 64, relative positions only",
           seeded((run(f"k={k}", here, f"pe=shaw,k={k}", same_as=shaw if k == 16 else "")
-                  for k in (0, 1, 2, 4, 8, 16, 64)), seed_major=True),
-          {**report, "x": "max_distance", "paper": "table2"}, "translation/table2"),
+                  for k in (0, 1, 2, 4, 8, 16, 64)), seed_major=True), "translation/table2"),
       "translation_table3": sweep(
           "Table 3 on Bible FR-EN: a^V and a^K on/off (k = 16)",
-          seeded(table3_cells(here, both_on=shaw), seed_major=True), {**report, "paper": "table3"},
+          seeded(table3_cells(here, both_on=shaw), seed_major=True),
           "translation/table3"),
       "translation_short": sweep(  # the test buckets up to 30 pieces hold lengths seen in training
           f"Train short, test long on Bible FR-EN: train on <= {SHORT} source pieces, test on longer",
           seeded((run(s, here, f"pe={s},short={SHORT}") for s in schemes), seed_major=True),
-          {**report, "metric": "test_long/bleu", "also": ("test_long/chrf", "test/bleu", *buckets)},
           "translation/short"),
       # Shaw et al. drop the absolute sinusoids from their relative models ("no benefit"): added back here, to
       # both terms and to a^K alone (k = 16). The other cells are Table 1's and Table 3's runs.
@@ -199,15 +194,13 @@ def get_sweeps() -> dict:
                   run("ak", here, "pe=shaw,k=16", ak_alone, same_as="translation_table3/av=off,ak=on"),
                   run("shaw", here, "pe=shaw", same_as=shaw),
                   run("sinusoidal", here, "pe=sinusoidal", same_as="translation_table1/sinusoidal")],
-                 seed_major=True), report, "translation/absolute"),
+                 seed_major=True), "translation/absolute"),
       "translation_curves": sweep(
           "Bible FR-EN learning curves to a plateau (validation BLEU every 500 steps, >= 10,000 steps): Table 1's "
           "schemes, k in 0 1 2 64, a^K alone, a^V alone, a^K alone + sinusoids",
           (run(name, here, variant, overrides + CURVE, seed=s)
            for s in (0, 1, 2) for name, variant, overrides, n in curve_cells if s < n),
-          {**report, "also": ("test/loss", *report["also"]), "steps": ("validation/bleu", "validation/loss")},
-          "translation/curves",
-          shorter=("translation_table1", "translation_table2", "translation_table3", "translation_absolute")),
+          "translation/curves"),
       # Shaw (k = 16) and sinusoidal, 2 seeds, at each budget with the Vaswani schedule cooled down linearly to 0
       # over the last 20%; validation BLEU (greedy) and loss at every eighth of the budget; at the end test BLEU by
       # beam search of the final state and of the mean of the last 5 checkpoints.
@@ -217,6 +210,5 @@ def get_sweeps() -> dict:
           (run(f"{cell},steps={b}", here, variant, ending(b) + greedy_curve, seed=s)
            for b in PILOT_BUDGETS for s in (0, 1) for cell, variant in (("shaw", "pe=shaw,k=16"),
                                                                          ("sinusoidal", "pe=sinusoidal"))),
-          {**report, "also": ("test/loss", "test_avg/bleu", *report["also"]),
-           "steps": ("validation/bleu", "validation/loss")}, "pilot/translation"),
+          "pilot/translation"),
   }

@@ -36,8 +36,8 @@ with ``<name>`` the variant's words joined by ``_`` (``table2,k=4`` ->
 
 The metric is ``<split>/bleu`` at the last step in ``<workdir>/metrics.jsonl``;
 ``python -m experiments sweep wmt_table1`` (``wmt_table2``, ``wmt_table3``)
-runs or prints a whole table and ``experiments/report.py`` tabulates it beside
-these numbers. Not run here (a base cell is 100k steps on 8 accelerators).
+runs or prints a whole table, to be tabulated beside these numbers as
+``experiments/protocol.py`` declares tables. Not run here (a base cell is 100k steps on 8 accelerators).
 
 Expected result: the paper's numbers, minus what differs here. Shaw report
 tensor2tensor's BLEU on tokenised text, which is typically higher than
@@ -235,7 +235,6 @@ def get_sweeps() -> dict:
   return {f"wmt_table{table}": sweep(
       f"Table {table} on WMT14 EN-DE (Shaw's setup; accelerators needed), one seed",
       (run(name(c.variant), "configs/wmt14_ende.py", c.variant, (("cache_dir", "{root}/wmt14_cache"),))
-       for c in CELLS if c.table == table),
-      dict(metric=metric, x=x, paper=f"table{table}"))
+       for c in CELLS if c.table == table))
       for table, metric, x in ((1, "test/bleu", None), (2, "validation/bleu", "max_distance"),
                                (3, "validation/bleu", None))}

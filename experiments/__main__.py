@@ -3,12 +3,11 @@
   python -m experiments sweep NAME [--executor=local|slurm|debug] [--workers N] [--print] [--root DIR]   # train
   python -m experiments sweep NAME --status                               # every run: state, step, ETA, log
   python -m experiments sweep --list                                      # the sweeps, from configs/<task>.py
-  python -m experiments report GLOB... --metric M --out DIR [...]         # tables and plots of finished runs
   python -m experiments baselines [--out DIR]                             # the real-text tables' baselines
-  python -m experiments tables                                            # the protocol's tables, README's copy
-  python -m experiments bench step|malloc|memory|attention [flags]        # the benchmarks
+  python -m experiments tables                                            # the one report: the protocol's tables
+  python -m experiments bench step|attention [flags]                      # the benchmarks
 
-Each verb is a module with ``define_flags()`` and ``main(argv)``: ``experiments/sweep.py``, ``report.py``,
+Each verb is a module with ``define_flags()`` and ``main(argv)``: ``experiments/sweep.py``,
 ``baselines.py``, ``tables.py`` and the benchmarks' (``BENCHMARKS``); ``python -m experiments VERB --help`` lists its
 flags. A bad verb or flag is one line on stderr and exit status 2; a sweep a signal stopped exits with 3
 (``rpr.stop.STOPPED``).
@@ -17,10 +16,9 @@ flags. A bad verb or flag is one line on stderr and exit status 2; a sweep a sig
 import importlib
 import sys
 
-VERBS = {"sweep": "experiments.sweep", "report": "experiments.report", "baselines": "experiments.baselines",
-         "tables": "experiments.tables", "bench": None}
-BENCHMARKS = {"step": "experiments.bench.step", "malloc": "experiments.bench.malloc",
-              "memory": "experiments.bench.memory_report", "attention": "experiments.bench.attention_report"}
+VERBS = {"sweep": "experiments.sweep", "baselines": "experiments.baselines", "tables": "experiments.tables",
+         "bench": None}
+BENCHMARKS = {"step": "experiments.bench.step", "attention": "experiments.bench.attention_report"}
 
 
 def _fail(message: str) -> None:
@@ -30,6 +28,9 @@ def _fail(message: str) -> None:
 
 def _module(argv: list[str]) -> tuple[str, list[str]]:
   """The verb's module and the arguments it parses (program name first)."""
+  if argv[1:2] in (["-h"], ["--help"]):
+    print(__doc__)
+    sys.exit(0)
   if len(argv) < 2 or argv[1] not in VERBS:
     _fail(f"verb {argv[1] if len(argv) > 1 else None!r}; allowed: {', '.join(VERBS)}")
   verb = argv[1]

@@ -127,35 +127,6 @@ def language_model(data_dir: str, corpus_dir: str, vocab_size: int, context: int
   return out
 
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "baselines", "baselines.json")
-NAMES = {"retrieval": "retrieval: the nearest training verse's English (TF-IDF)", "copy": "copy: the French source"}
-
-
-def values(data: dict) -> dict[str, dict[str, float]]:
-  """``{baseline: {metric: value}}`` with the metric names of metrics.jsonl (``test/bleu``, ``test_x8/perplexity``)."""
-  out = {}
-  for name, by_split in data["translation"].items():
-    out[NAMES[name]] = {f"{split}/{m}": v for split, scores in by_split.items() for m, v in scores.items()
-                        if m != "verses"}
-  order = data["lm"]["chosen_order"]
-  out[f"Kneser-Ney {order}-gram"] = {f"{split}/perplexity": v["perplexity"]
-                                     for split, v in data["lm"]["orders"][order]["splits"].items()}
-  return out
-
-
-def lower_is_better(metric: str) -> bool:
-  return metric.rsplit("/", 1)[-1] in ("perplexity", "loss")
-
-
-def of_metric(metric: str | None) -> dict[str, float]:
-  """``{baseline: value}`` of every committed baseline that has ``metric``."""
-  if not metric or not os.path.exists(RESULTS):
-    return {}
-  with open(RESULTS) as f:
-    data = json.load(f)
-  return {name: v[metric] for name, v in values(data).items() if metric in v}
-
-
 def write(data: dict, out: str) -> None:
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "baselines.json"), "w") as f:

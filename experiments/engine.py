@@ -17,8 +17,6 @@ from rpr import config as _config
 from rpr import record as _record
 from rpr import records as _records
 
-PLATEAU_KEYS = _config.PLATEAU_KEYS  # the plateau rule's keys: how long a cell trains, not what it trains
-ConfigError = _config.ConfigError
 dedupe, end_step, plateau_step = _records.dedupe, _records.end_step, _records.plateau_step
 
 
@@ -88,17 +86,6 @@ def recorded_config(raw: dict) -> dict:
   return {**{k: defaults[k] for k in _config.ENGINE_KEYS if k in defaults and k not in config}, **config}
 
 
-def migrate(raw: dict) -> dict:
-  return _record.migrate(raw)
-
-
-def model(config, vocab_size: int, deterministic: bool = True):
-  """The ``rpr.model.Transformer`` a run config builds for ``vocab_size`` tokens."""
-  from rpr.model import Transformer
-
-  return Transformer(_config.parse(config).model.replace(vocab_size=vocab_size, deterministic=deterministic))
-
-
 def task_and_model(config, data_dir: str, num_devices: int):
   """``(task, model_config, model, (tx, schedule))`` of a run config, built as ``rpr.train`` builds them."""
   from rpr import data, optim
@@ -111,26 +98,12 @@ def task_and_model(config, data_dir: str, num_devices: int):
                                                                        parsed.budget.num_train_steps)
 
 
-def model_config(**fields):
-  """A validated ``rpr.model.ModelConfig`` of ``fields`` (a model built without a run config: the benchmarks)."""
-  from rpr import model as model_lib
-
-  return model_lib.ModelConfig(**fields).validate()
-
-
 def preset_model(name: str, **overrides):
   """``(model config, Transformer)`` of the named model preset (``base``, ``big``, ``tiny``) with ``overrides``."""
   from rpr import model as model_lib
 
   config = model_lib.preset(name, **overrides)
   return config, model_lib.Transformer(config)
-
-
-def build(model_config):
-  """The model ``rpr.model.build`` makes of a ``ModelConfig``."""
-  from rpr import model as model_lib
-
-  return model_lib.build(model_config)
 
 
 def init_state(*args, **kwargs):
@@ -145,20 +118,3 @@ def train_step(*args, **kwargs):
   from rpr import steps
 
   return steps.train_step(*args, **kwargs)
-
-
-def load_params(workdir: str):
-  """The parameters of the newest checkpoint in ``workdir/checkpoints``.
-
-  Raises:
-    FileNotFoundError: if there is no checkpoint.
-  """
-  import os
-
-  import orbax.checkpoint as ocp
-
-  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-  steps = [int(s) for s in os.listdir(directory) if s.isdigit()]
-  if not steps:
-    raise FileNotFoundError(f"no checkpoint in {directory}")
-  return ocp.StandardCheckpointer().restore(os.path.join(directory, str(max(steps)), "default"))["params"]

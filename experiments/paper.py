@@ -1,9 +1,9 @@
 """Shaw, Uszkoreit and Vaswani (2018), Tables 1-3: the paper's BLEU for the cell a run config describes.
 
-This module is the project's one copy of the paper's published numbers, and
-maps a run's flat config to the cell it is (``configs/wmt14_ende.py`` holds
-the config variants that reproduce each cell). Table 2 and 3 cells are the base model with relative positions
-only; the CPU-scale sweeps reuse their numbers as the shape to compare against.
+This module is the project's one copy of the paper's published numbers (the protocol's tables,
+``experiments/tables.py``, set them beside their rows), and maps a run's flat config to the cell it is
+(``configs/wmt14_ende.py`` holds the config variants that reproduce each cell). Table 2 and 3 cells are the base
+model with relative positions only.
 """
 
 from __future__ import annotations
@@ -53,21 +53,3 @@ def lookup(table: str, config: Mapping) -> Optional[float]:
       return None
     return TABLE2.get(config.get("max_distance"))
   return TABLE3[(_on(config, "use_values"), _on(config, "use_keys"))]
-
-
-def cell(config: Mapping) -> Optional[tuple[str, float]]:
-  """(table, BLEU) of the one table that varies what ``config`` varies, or None where the paper has no such cell.
-
-  The absolute sinusoids are Table 1's; Shaw's relative attention at its base k = 16 with both terms is Table 1's
-  relative row; another k is Table 2's, one term switched off Table 3's. Relative attention with the sinusoids
-  added back, and every other scheme, are in none. (Table 1 is newstest2014, Tables 2 and 3 newstest2013.)
-  """
-  position = config.get("position")
-  if position == "sinusoidal":
-    return "table1", lookup("table1", config)
-  if position != "shaw" or config.get("add_sinusoidal"):
-    return None
-  table = ("table3" if not (_on(config, "use_keys") and _on(config, "use_values"))
-           else "table1" if config.get("max_distance") == BASE_K else "table2")
-  value = lookup(table, config)
-  return None if value is None else (table, value)

@@ -5,7 +5,7 @@ run's command.
   python -m experiments sweep table2_cpu --executor=slurm --partition=gpu --gpus_per_node=8   # a SLURM job array
   python -m experiments sweep table2_cpu --status     # every run: queued, running, done, failed; step, ETA, log
   python -m experiments sweep table2_cpu --print      # one `python run.py ...` line per run, for a cluster,
-                                                      # then the report's command
+                                                      # then the tables' command
   python -m experiments sweep --list                  # the registered sweeps and their sizes
 
 Run from the repository root. Every run trains in its own workdir, ``<root>/<folder>/<run name>/seed<seed>``
@@ -13,7 +13,7 @@ Run from the repository root. Every run trains in its own workdir, ``<root>/<fol
 uses that run's workdir, so it is trained once. A finished run is skipped and an interrupted one resumes from its
 latest checkpoint, so re-running a sweep finishes whatever is left. A failing run is logged and the sweep goes on
 (exit status 1). Compiled programs are kept in a persistent JAX cache (``--compilation_cache``), so the seeds of
-one variant compile once. ``--print`` also prints the steps left, their hours, and the report's command.
+one variant compile once. ``--print`` also prints the steps left, their hours, and the tables' command.
 
 Where the runs train is the launcher's (experiments/launch.py): each run a submitit job. ``--executor=local``
 (default) runs ``run.py`` processes, ``--workers N`` at once, each pinned to one core with one XLA:CPU thread
@@ -95,7 +95,7 @@ def _plateau_status(records: Sequence[dict], config) -> str:
 def print_sweep(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> None:
   """Each run's command, "# finished: " before those that are; a comment with the step reached before each run
   in progress (and, under a plateau rule, its metric's latest value and gain); then how many are finished and the
-  report's command, with the steps left and the time they take at the runs' logged step rates."""
+  tables' command, with the steps left and the time they take at the runs' logged step rates."""
   done = in_progress = left = 0
   rates, plateau_rule = {False: [], True: []}, False  # each run's step rate (_run_rate): in progress, finished
   for run in runs:
@@ -119,7 +119,7 @@ def print_sweep(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> N
     print(command(run, root, sweep.name))
   print(f"# {done} of {len(runs)} runs finished, {in_progress} in progress")
   print("# " + _time_left(left, rates, plateau_rule))
-  print("# report: " + report_command(sweep, root))
+  print("# tables: " + tables_command(root))
 
 
 def _run_rate(records: Sequence[dict]) -> float | None:
@@ -157,21 +157,13 @@ def select(sweep: sweeps.Sweep, only=(), seeds=()) -> list[sweeps.Run]:
   return runs
 
 
-def report_command(sweep: sweeps.Sweep, root: str, out: Optional[str] = None) -> str:
-  """``python -m experiments report <globs> <the sweep's ReportSpec as flags> --out <dir>``.
-
-  The globs are the sweep's runs under ``root`` and the other sweeps' runs it shares (``Run.same_as``); the
-  runs of its ``shorter`` sweeps are ``--shorter`` globs under ``root``; the output directory is ``out``, default
-  ``experiments/results/<the sweep's folder>``.
-  """
-  globs = [os.path.join(root, sweep.folder, "*", "*"),
-           *(os.path.join(root, sweeps.get(run.split("/")[0]).folder, run.split("/")[1], "*")
-             for run in sweep.shared())]
-  shorter = [w for name in sweep.shorter for w in ("--shorter", os.path.join(root, sweeps.get(name).folder, "*", "*"))]
-  words = ["python", "-m", "experiments", "report", *map(shlex.quote, globs), *map(shlex.quote, sweep.spec().args()),
-           *map(shlex.quote, shorter), "--out",
-           shlex.quote(out or os.path.join("experiments", "results", sweep.folder))]
-  return " ".join(words)
+def tables_command(root: str) -> str:
+  """The command of the one report writer over ``root``'s runs: the protocol's tables. Over another root than the
+  committed results, its tables go beside the runs (``<root>/paper``) and the README is left alone."""
+  if os.path.normpath(root) == "experiments/results":
+    return "python -m experiments tables"
+  return (f"python -m experiments tables --root {shlex.quote(root)} --out {shlex.quote(os.path.join(root, 'paper'))} "
+          "--readme ''")
 
 
 def launch_jobs(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> list[launch.Job]:
@@ -221,7 +213,7 @@ def main(argv) -> int:
     rows = launch.status(jobs, folder)
     print(launch.format_status(rows))
     if all(r.state == "done" for r in rows):
-      print("report: " + report_command(sweep, root))
+      print("tables: " + tables_command(root))
     return 0
   from rpr import checkpoint
 
@@ -247,7 +239,7 @@ def main(argv) -> int:
     logging.info("Follow it with: python -m experiments sweep %s --status%s", sweep.name,
                  "" if root == "workdirs/sweeps" else f" --root {shlex.quote(root)}")
   elif not outcome["failed"]:
-    logging.info("Report: %s", report_command(sweep, root))
+    logging.info("Tables: %s", tables_command(root))
   return 1 if outcome["failed"] else 0
 
 

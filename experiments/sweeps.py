@@ -3,8 +3,7 @@
 A sweep lives beside the config it varies: ``configs/<task>.py``'s ``get_sweeps()`` returns its named sweeps
 as plain dicts (built with ``configs/sweeps.py``), and :data:`SWEEPS` reads them from every file of
 :data:`TASKS`. Adding a sweep is an edit to one config file. A run's workdir is
-``<root>/<folder>/<run name>/seed<seed>``, the folder being where the sweep's report goes; ``python -m experiments
-sweep --list`` lists them.
+``<root>/<folder>/<run name>/seed<seed>``; ``python -m experiments sweep --list`` lists them.
 """
 
 from __future__ import annotations
@@ -50,9 +49,7 @@ class Sweep:
   name: str
   description: str
   runs: tuple[Run, ...]
-  report: dict  # the fields of the sweep's report (experiments.report.ReportSpec)
-  folder: str  # the sweep's folder under the root: its runs and its report
-  shorter: tuple[str, ...] = ()  # sweeps with the same cells at a shorter budget, set beside them in the report
+  folder: str  # the sweep's folder under the root: its runs (and, once, the retired report writer's README)
 
   def workdir(self, run: Run, root: str) -> str:
     return run.workdir(root, self.folder)
@@ -60,12 +57,6 @@ class Sweep:
   def shared(self) -> tuple[str, ...]:
     """The other sweeps' runs this one reads (``Run.same_as``), in order of first use."""
     return tuple(dict.fromkeys(r.same_as for r in self.runs if r.same_as))
-
-  def spec(self):
-    """The sweep's report as an ``experiments.report.ReportSpec``."""
-    from experiments import report
-
-    return report.ReportSpec(**self.report)
 
 
 def _load() -> dict[str, Sweep]:
@@ -82,7 +73,7 @@ def _load() -> dict[str, Sweep]:
       runs = tuple(Run(**r) for r in s["runs"])
       if len({(r.name, r.seed) for r in runs}) != len(runs):
         raise ValueError(f"sweep {name!r} has two runs with the same name and seed")
-      out[name] = Sweep(name, s["description"], runs, s["report"], s["folder"] or name, tuple(s["shorter"]))
+      out[name] = Sweep(name, s["description"], runs, s["folder"] or name)
   return out
 
 

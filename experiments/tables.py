@@ -1,19 +1,19 @@
-"""The protocol's tables (experiments/results/protocol.md), generated from the run records: ``python -m experiments
-tables``.
+"""The one report writer: tables of run records, each row against a reference row. ``python -m experiments tables``
+writes the protocol's (experiments/results/protocol.md; declared in :mod:`experiments.protocol`).
 
-A :class:`Table` names its rows by cell (the one name a cell has in tables, plots, folders and text), the paper's
-row and number beside each, a reference row and a metric. Each row reads the finished runs under its folder
-(``<root>/<folder>/seed<s>``): the metric at the run's last step. Statistics come from :mod:`experiments.stats`
-(Student-t CI per cell; Welch's difference, Holm within the table and the minimum detectable effect per row).
+Each row of a :class:`~experiments.protocol.Table` reads the finished runs under its folder (``<root>/<folder>/
+seed<s>``): the metric at the run's last step (:func:`frame`). Statistics come from :mod:`experiments.stats`
+(Student-t CI per cell; Welch's difference, Holm within the table and the minimum detectable effect per row;
+sacrebleu's paired bootstrap on the test set, :func:`bootstrap`), the rendering from :mod:`experiments.render`.
 
-Written: ``<out>/README.md`` (every table, Markdown) and ``<out>/<table>.csv`` (one row per cell and seed). The
-README's results open with the tables between ``<!-- tables -->`` and ``<!-- /tables -->``, copied from
-:func:`readme_block`; a test checks the copy.
+Written: ``<out>/README.md`` (every table, Markdown) and ``<out>/<table>.csv`` and ``.png`` (one row per cell and
+seed; the plot). The README's results open with the tables between ``<!-- tables -->`` and ``<!-- /tables -->``,
+copied from :func:`readme_block`; a test checks the copy. :func:`write_one` writes one table alone (``run.py``'s
+comparison).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import gzip
 import hashlib
@@ -23,104 +23,14 @@ import os
 import re
 from typing import Callable, Optional, Sequence
 
-from experiments import render, runs as runs_lib, stats
+from experiments import protocol, render, runs as runs_lib, stats
+from experiments.protocol import Table
 from rpr import records as records_lib
 
 RESULTS = "experiments/results"
 OUT = "experiments/results/paper"
 MARKERS = ("<!-- tables -->", "<!-- /tables -->")
 BOOTSTRAP = "bootstrap.json"  # in OUT: each paired bootstrap's p under its two output files' SHA-256
-TRANSLATION_CSV = ("test/bleu", "test/chrf", "test/loss", "test_avg/bleu")
-LM_CSV = ("test/perplexity", "test_x8/perplexity")
-
-
-@dataclasses.dataclass(frozen=True)
-class Row:
-  cell: str  # the cell's one name
-  paper_row: str = ""  # the row as the paper names it ("" where the paper has none)
-  paper: Optional[float] = None  # the paper's number (WMT14 BLEU): the shape to compare against, not the scale
-  folder: str = ""  # under the results root; default: the table's folder pattern with the cell
-
-
-@dataclasses.dataclass(frozen=True)
-class Table:
-  name: str  # the CSV's file name and the section's anchor
-  title: str
-  metric: str
-  rows: tuple[Row, ...]
-  reference: str  # the cell every other row is compared with
-  folder: str = ""  # "<task folder>/{cell}"
-  baselines: tuple[tuple[str, float], ...] = ()  # (name, value of the metric): drawn under the table, not tested
-  note: str = ""  # one line under the table
-  headline: bool = False  # in the README's results
-
-  @property
-  def csv_metrics(self) -> tuple[str, ...]:
-    return LM_CSV if "perplexity" in self.metric else TRANSLATION_CSV
-
-  def folder_of(self, row: Row) -> str:
-    return row.folder or self.folder.format(cell=row.cell)
-
-
-def _baselines(root: str) -> dict[str, tuple[tuple[str, float], ...]]:
-  """The committed baselines (``python -m experiments baselines``): retrieval and copy, and the Kneser-Ney LM."""
-  path = os.path.join(root, "baselines", "baselines.json")
-  if not os.path.exists(path):
-    return {"translation": (), "lm": ()}
-  with open(path, encoding="utf-8") as f:
-    b = json.load(f)
-  order = b["lm"]["chosen_order"]
-  return {"translation": tuple((name, b["translation"][name]["test"]["bleu"]) for name in ("retrieval", "copy")),
-          "lm": ((f"Kneser-Ney {order}-gram", b["lm"]["orders"][order]["splits"]["test"]["perplexity"]),)}
-
-
-def protocol_tables(root: str = RESULTS) -> list[Table]:
-  """The five-seed tables the protocol fixes, then its pilots, then the earlier sweeps (history)."""
-  from experiments import paper
-
-  base = _baselines(root)
-  bleu, ppl = "test/bleu", "test/perplexity"
-  t1 = (Row("sinusoidal", "absolute position", paper.TABLE1[("base", "absolute")]),
-        Row("shaw", "relative position", paper.TABLE1[("base", "relative")]), Row("shaw+sinusoidal"))
-  beside = (Row("rope"), Row("t5"), Row("alibi_directional"))
-  t2 = tuple(Row("shaw" if k == 16 else f"k={k}", f"k = {k}", paper.TABLE2[k]) for k in (0, 1, 2, 4, 16, 64, 256))
-  t3 = (Row("shaw", "a^V yes, a^K yes", paper.TABLE3[(True, True)]),
-        Row("ak", "a^V no, a^K yes", paper.TABLE3[(False, True)]),
-        Row("av", "a^V yes, a^K no", paper.TABLE3[(True, False)]),
-        Row("k=0", "a^V no, a^K no", paper.TABLE3[(False, False)]))
-  lm = tuple(Row(f"k={k}") for k in (0, 1, 2, 4, 8, 16, 64, 256)) + (Row("sinusoidal"),)
-  tr, lmf = "paper/translation/{cell}", "paper/lm/{cell}"
-  h1 = (Row("sinusoidal", "absolute position", t1[0].paper, "translation/table1/sinusoidal"),
-        Row("shaw", "relative position", t1[1].paper, "translation/table1/shaw"),
-        Row("shaw+sinusoidal", folder="translation/absolute/shaw+sinusoidal"),
-        *(Row(r.cell, folder=f"translation/table1/{r.cell}") for r in beside))
-  h2 = tuple(Row(r.cell, r.paper_row, r.paper, "translation/table1/shaw" if r.cell == "shaw" else
-                 f"translation/table2/{r.cell}") for r in t2 if r.cell != "k=256")
-  h3 = tuple(Row(r.cell, r.paper_row, r.paper, f"translation/table{1 if r.cell == 'shaw' else 3}/{folder}")
-             for r, folder in zip(t3, ("shaw", "av=off,ak=on", "av=on,ak=off", "av=off,ak=off")))
-  return [
-      Table("table1", "Table 1: position information (translation, test BLEU)", bleu, t1 + beside, "sinusoidal", tr,
-            base["translation"], headline=True),
-      Table("table2", "Table 2: clipping distance k (translation, test BLEU)", bleu, t2, "shaw", tr,
-            base["translation"], headline=True),
-      Table("table3", "Table 3: a^K and a^V (translation, test BLEU)", bleu, t3, "shaw", tr, base["translation"],
-            headline=True),
-      Table("lm_clipping", "The clipping curve (language model, test perplexity: lower is better)", ppl, lm, "k=16",
-            lmf, base["lm"], headline=True),
-      *(Table(f"pilot_translation_{b}", f"Pilot at {b:,} steps with a cool-down: Shaw (k = 16) and sinusoidal "
-              "(translation, test BLEU)", bleu, (Row(f"shaw,steps={b}"), Row(f"sinusoidal,steps={b}")),
-              f"sinusoidal,steps={b}", "pilot/translation/{cell}", base["translation"], headline=True)
-        for b in (4000, 8000, 16000)),
-      Table("history_table1", "History, 2,500 steps, no cool-down: Table 1 (translation, test BLEU)", bleu, h1,
-            "sinusoidal", baselines=base["translation"]),
-      Table("history_table2", "History, 2,500 steps, no cool-down: Table 2 (translation, test BLEU)", bleu, h2,
-            "shaw", baselines=base["translation"]),
-      Table("history_table3", "History, 2,500 steps, no cool-down: Table 3 (translation, test BLEU)", bleu, h3,
-            "shaw", baselines=base["translation"]),
-      Table("history_lm_clipping", "History, 2,000 steps: the clipping curve (LM, test perplexity: lower is better)",
-            ppl, tuple(Row(r.cell, folder=f"lm/clipping/{r.cell}" if r.cell != "sinusoidal" else "lm/length/sinusoidal")
-                       for r in lm), "k=16", baselines=base["lm"]),
-  ]
 
 
 def frame(table: Table, root: str = RESULTS) -> list[dict]:
@@ -128,7 +38,7 @@ def frame(table: Table, root: str = RESULTS) -> list[dict]:
   last step (a run that has not reached its last step is left out)."""
   out = []
   for row in table.rows:
-    for run in runs_lib.load_runs([os.path.join(root, table.folder_of(row), "seed*")]):
+    for run in runs_lib.load_runs([table.runs_of(row, root)]):
       end = run.end()
       last = {k: v for r in run.records if r["step"] == end for k, v in r.items()}
       if table.metric not in last:
@@ -138,13 +48,14 @@ def frame(table: Table, root: str = RESULTS) -> list[dict]:
   return sorted(out, key=lambda r: ([x.cell for x in table.rows].index(r["cell"]), r["seed"]))
 
 
-def markdown(table: Table, records: Sequence[dict], digits: int = 2, boot: Optional[dict] = None) -> str:
+def markdown(table: Table, records: Sequence[dict], boot: Optional[dict] = None) -> str:
   """The table: row, paper, ours (mean ± CI half-width, n, steps), difference to the reference with its CI, Holm p
   and the verdict (with the minimum detectable effect beside "not separated"); baselines beneath. With ``boot``
   (:func:`bootstrap`), a last column: of the seeds paired with the reference's, how many differ on the test set
   (paired bootstrap p < 0.05)."""
   values, comparisons = _compared(table, records)
   steps = {r.cell: sorted({x["steps"] for x in records if x["cell"] == r.cell}) for r in table.rows}
+  digits = table.digits
   f = lambda v: render.fmt(v, digits)  # noqa: E731
   rows = []
   for r in table.rows:
@@ -163,7 +74,7 @@ def markdown(table: Table, records: Sequence[dict], digits: int = 2, boot: Optio
       rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n, f"{cmp.diff:+.{digits}f}" if cmp else "",
                    "", "not tested (< 2 seeds a side)"])
       continue
-    verdict = cmp.verdict if cmp.verdict != "not separated" else f"not separated (MDE {f(cmp.mde)})"
+    verdict = _said(table, cmp) if cmp.verdict != "not separated" else f"not separated (MDE {f(cmp.mde)})"
     rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n,
                  f"{cmp.diff:+.{digits}f} [{cmp.low:+.{digits}f}, {cmp.high:+.{digits}f}]", _p(cmp.p_holm), verdict])
   rows += [[name, "baseline", "", f(value), "", "", "", ""] for name, value in table.baselines]
@@ -175,8 +86,20 @@ def markdown(table: Table, records: Sequence[dict], digits: int = 2, boot: Optio
       ps = boot.get(row[1].strip("`"), [])
       row.append(f"{sum(p < stats.ALPHA for p in ps)} of {len(ps)}" if ps else "")
   align = ["---", "---", *[render.RIGHT] * 5, "---", *([render.RIGHT] if boot else [])]
+  if not any(r.paper_row or r.paper is not None for r in table.rows):  # nothing of the paper's (run.py's table)
+    header, align = [header[1], *header[3:]], [align[1], *align[3:]]
+    rows = [[row[0] if row[1] == "baseline" else row[1], *row[3:]] for row in rows]
   text = f"**{table.title}**\n\n" + render.markdown_table(header, rows, align)
   return text + (f"\n\n{table.note}" if table.note else "")
+
+
+def _said(table: Table, cmp) -> str:
+  """A comparison's verdict as a reader takes it: a separated one says whether the row is better or worse than the
+  reference (lower is better for a perplexity or a loss)."""
+  if cmp.verdict == "not separated":
+    return cmp.verdict
+  lower_better = any(m in table.metric for m in ("perplexity", "loss"))
+  return f"{cmp.verdict} ({'better' if (cmp.diff < 0) == lower_better else 'worse'})"
 
 
 def _compared(table: Table, records: Sequence[dict]) -> tuple[dict, dict]:
@@ -187,18 +110,11 @@ def _compared(table: Table, records: Sequence[dict]) -> tuple[dict, dict]:
   return values, (stats.compare(reference, tested, table.reference) if reference else {})
 
 
-# The three questions a reader brings (the issue's): each answered from its table's rows, in the table's words.
-QUESTIONS = (("Shaw against sinusoidal", "table1", ("shaw",)),
-             ("How k matters", "table2", ("k=0", "k=1", "k=2", "k=4", "k=64", "k=256")),
-             ("How k matters in the LM", "lm_clipping", ("k=0", "k=1", "k=2", "k=4", "k=8", "k=64", "k=256")),
-             ("a^K against a^V", "table3", ("ak", "av")))
-
-
 def answers(shown: Sequence[tuple[Table, list]]) -> str:
   """One line per question: its table's verdict for each of its rows (rows with one verdict share a clause)."""
   by_name = {t.name.removeprefix("history_"): (t, records) for t, records in shown}
   lines = []
-  for question, name, cells in QUESTIONS:
+  for question, name, cells in protocol.QUESTIONS:
     if name not in by_name:
       continue
     table, records = by_name[name]
@@ -207,7 +123,7 @@ def answers(shown: Sequence[tuple[Table, list]]) -> str:
     for cell in cells:
       cmp = comparisons.get(cell)
       if cmp is not None and cmp.verdict not in ("not tested",):
-        verdict = cmp.verdict if cmp.verdict != "not separated" else f"not separated from `{table.reference}`"
+        verdict = _said(table, cmp) if cmp.verdict != "not separated" else f"not separated from `{table.reference}`"
         detail = f"{cmp.diff:+.2f} [{cmp.low:+.2f}, {cmp.high:+.2f}], p {_p(cmp.p_holm)}"
         clauses.setdefault(verdict, []).append(f"`{cell}` ({detail})")
     if clauses:
@@ -221,7 +137,7 @@ def decoded(table: Table, cell: str, root: str) -> dict[int, str]:
   split = table.metric.split("/")[0]
   paths = {}
   row = next(r for r in table.rows if r.cell == cell)
-  for path in glob.glob(os.path.join(root, table.folder_of(row), "seed*")):
+  for path in glob.glob(table.runs_of(row, root)):
     if os.path.exists(os.path.join(path, "decoded", f"{split}.txt.gz")):
       paths[int(os.path.basename(path).removeprefix("seed"))] = os.path.join(path, "decoded", f"{split}.txt.gz")
   return paths
@@ -274,21 +190,16 @@ def plot(table: Table, records: Sequence[dict], root: str, path: str) -> None:
     finals = [r[table.metric] for r in records if r["cell"] == row.cell]
     if not finals:
       continue
-    runs = [r for r in runs_lib.load_runs([os.path.join(root, table.folder_of(row), "seed*")])
+    runs = [r for r in runs_lib.load_runs([table.runs_of(row, root)])
             if r.last(table.metric) is not None and any(r.seed == x["seed"] for x in records if x["cell"] == row.cell)]
     cells.append((row.cell, finals, [runs_lib.series(r, curve) for r in runs]))
   render.table_plot(path, table.title, table.metric, cells, table.baselines, curve)
 
 
-# The protocol's pilots: (task folder, the metric the budget rule reads, the cells, the budgets).
-PILOTS = (("pilot/translation", "validation/bleu", ("shaw", "sinusoidal"), (4000, 8000, 16000, 32000)),
-          ("pilot/lm", "test/perplexity", ("shaw,L4d128",), (8000, 16000)))
-
-
 def budget_section(root: str = RESULTS) -> str:
   """The budget rule (protocol.md) applied to the pilots' finished runs, as a table and its decision."""
   out = []
-  for folder, metric, cells, budgets in PILOTS:
+  for folder, metric, cells, budgets in protocol.PILOTS:
     finished = lambda c, b: [r.last(metric)[1] for r in runs_lib.load_runs([f"{root}/{folder}/{c},steps={b}/seed*"])
                              if r.end() is not None and (r.last(metric) or (None,))[0] == r.end()]  # noqa: E731
     values = {b: {c: finished(c, b) for c in cells} for b in budgets}
@@ -335,18 +246,23 @@ def readme_block(tables: Sequence[Table], root: str = RESULTS, out: str = OUT) -
                   if said else "")
 
 
+def section(table: Table, root: str, out: str, cache: dict, references: Callable[[str], list[str]]) -> str:
+  """The table in Markdown and, with finished runs, its CSV (a row per cell and seed) and plot in ``out``."""
+  records = frame(table, root)
+  text = markdown(table, records, boot=bootstrap(table, root, cache, references))
+  if records:
+    columns = list(dict.fromkeys(("cell", "seed", "steps", table.metric, *table.csv_metrics)))
+    render.write_csv(os.path.join(out, f"{table.name}.csv"), columns, [[r[c] for c in columns] for r in records])
+    plot(table, records, root, os.path.join(out, f"{table.name}.png"))
+    text += f"\n\n![{table.title}]({table.name}.png)"
+  return text
+
+
 def write(root: str = RESULTS, out: str = OUT) -> str:
   """Writes ``<out>/README.md`` and a CSV per table with finished runs; returns the README block."""
   os.makedirs(out, exist_ok=True)
-  tables, sections, cache = protocol_tables(root), [], _cache(out)
-  for t in tables:
-    records = frame(t, root)
-    sections.append(markdown(t, records, boot=bootstrap(t, root, cache, test_references)))
-    if records:
-      columns = list(dict.fromkeys(("cell", "seed", "steps", t.metric, *t.csv_metrics)))
-      render.write_csv(os.path.join(out, f"{t.name}.csv"), columns, [[r[c] for c in columns] for r in records])
-      plot(t, records, root, os.path.join(out, f"{t.name}.png"))
-      sections[-1] += f"\n\n![{t.title}]({t.name}.png)"
+  tables, cache = protocol.protocol_tables(root), _cache(out)
+  sections = [section(t, root, out, cache, test_references) for t in tables]
   header = ("# The paper's tables\n\nGenerated by `python -m experiments tables` from the run records under "
             f"`{root}/`, by the protocol (`{os.path.relpath(os.path.join(root, 'protocol.md'), out)}`): the mean "
             "over seeds ± the half-width of its 95% CI; each row against the reference row (Welch's difference, "
@@ -357,6 +273,15 @@ def write(root: str = RESULTS, out: str = OUT) -> str:
   if cache:
     records_lib.replace_lines(os.path.join(out, BOOTSTRAP), [json.dumps(cache, indent=1, sort_keys=True) + "\n"])
   return readme_block(tables, root, out)
+
+
+def write_one(table: Table, root: str, out: str, command: str) -> str:
+  """One table alone (``python run.py``'s comparison): ``<out>/table.md``, headed by ``command``, its CSV and
+  plot; returns the Markdown."""
+  os.makedirs(out, exist_ok=True)
+  text = f"Generated by `{command}`.\n\n{section(table, root, out, {}, _not_cached)}\n"
+  render.write_text(text, os.path.join(out, "table.md"), echo=False)
+  return text
 
 
 def readme_copy(path: str = "README.md") -> str:

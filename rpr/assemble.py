@@ -5,8 +5,9 @@ Each piece is made from the section of :class:`rpr.config.RunConfig` that
 describes it: the task from :class:`~rpr.config.Data`, the model from
 :class:`~rpr.model.ModelConfig`, the optimizer from :class:`~rpr.config.Optim`,
 the checkpoints and the loop's schedule from :class:`~rpr.config.Budget`, the
-decoders from :class:`~rpr.config.Eval`. :class:`Run` hands the loop
-(:mod:`rpr.loop`) the pieces, not the config.
+evaluation and its decoders from :class:`~rpr.config.Eval`. :class:`Run`
+hands the loop (:mod:`rpr.loop`) the pieces, built: the compiled steps, the
+plateau rule, the evaluation (:class:`rpr.evaluation.Evaluation`).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from rpr import checkpoint
 from rpr import data
+from rpr import evaluation
 from rpr import optim
 from rpr import plateau
 from rpr import predict as predict_lib
 from rpr import record
 from rpr import records
-from rpr.config import Budget, ConfigError, Eval, RunConfig
+from rpr import sharding
+from rpr.config import Budget, ConfigError, RunConfig
 from rpr.model import ModelConfig, build
 from rpr.steps import TrainState, eval_step, init_state, train_step
 
@@ -36,19 +39,16 @@ from rpr.steps import TrainState, eval_step, init_state, train_step
 class Run:
   """What the loop needs, built before step 1: the task, the model, the restored state, the compiled steps."""
   workdir: str
-  budget: Budget  # how long to train, how often to log, evaluate and save; the plateau rule
-  eval: Eval  # the splits each evaluation scores
+  budget: Budget  # how long to train, how often to log, evaluate and save
   rule: Optional[plateau.Rule]  # the plateau rule (None: train to num_train_steps)
-  mesh: Mesh
+  recorded: dict  # what config.json holds: the config as written (recorded["config"]), the model as built
   task: Any
   model_config: ModelConfig
   state: TrainState
   ckpt: checkpoint.Checkpoints
   step_fn: Callable
-  eval_fn: Callable
-  predict_fn: Callable  # decodes eval_splits
-  final_predict_fn: Callable  # decodes final_eval_splits (eval.final_decode_method)
-  abstract_state: Any  # TrainState of jax.ShapeDtypeStructs with their shardings (restores)
+  batch: Callable  # the global batch of a step, from this process's rows (rpr.sharding.host_batch)
+  evaluation: evaluation.Evaluation  # what each evaluation scores, with which decoders
   records: list  # metrics.jsonl up to the restored step, then what this run writes (process 0; [] elsewhere)
 
 
@@ -81,19 +81,25 @@ def prepare(config: RunConfig, workdir: str, mesh: Mesh, restore_unverified: boo
     state = jax.jit(init_fn, out_shardings=replicated)(rng)
     n = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     logging.info("Initialised %s parameters on %d device(s).", f"{n:,}", mesh.size)
-  record.write(workdir, config, model_config)
+  recorded = record.write(workdir, {"config": config.to_dict(), "model_config": model_config.to_dict()})
   smoothing = config.optim.label_smoothing
   step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx, schedule=schedule, label_smoothing=smoothing),
                     in_shardings=(replicated, batch_sharding), out_shardings=(replicated, replicated),
                     donate_argnums=0)
   eval_fn = jax.jit(functools.partial(eval_step, model=eval_model, label_smoothing=smoothing),
                     in_shardings=(replicated, batch_sharding), out_shardings=replicated)
-  predict_fn = predict_lib.make_predict_fn(config.eval, model_config, batch_sharding, replicated)
-  final_method = config.eval.final_decode_method or config.eval.decode_method
-  final_predict_fn = (predict_fn if final_method == config.eval.decode_method else
-                      predict_lib.make_predict_fn(config.eval, model_config, batch_sharding, replicated,
-                                                  method=final_method))
+  # Decoders: one compiled search per decode length (a multiple of 16: rpr.evaluation), output replicated.
+  decoder = lambda method: jax.jit(
+      functools.partial(predict_lib.predict, model_config=model_config, method=method,
+                        beam_size=config.eval.beam_size, alpha=config.eval.beam_alpha),
+      static_argnums=2, in_shardings=(replicated, batch_sharding), out_shardings=replicated)
+  method, final_method = config.eval.decode_method, config.eval.final_decode_method or config.eval.decode_method
+  predict_fn = decoder(method)
+  final_predict_fn = predict_fn if final_method == method else decoder(final_method)
+  evaluator = evaluation.Evaluation(config.eval, workdir, task, mesh, eval_fn, predict_fn, final_predict_fn,
+                                    model_config.max_length, ckpt, abstract)
   kept = records.continued(os.path.join(workdir, "metrics.jsonl"), int(state.step))
   rule = plateau.Rule.from_config(config.budget)
-  return Run(workdir, config.budget, config.eval, rule, mesh, task, model_config, state, ckpt, step_fn, eval_fn,
-             predict_fn, final_predict_fn, abstract, kept)
+  batch = functools.partial(sharding.host_batch, task, mesh=mesh)
+  return Run(workdir, config.budget, rule, recorded, task, model_config, state, ckpt, step_fn, batch, evaluator,
+             kept)

@@ -1,22 +1,34 @@
 """Evaluation of a trained model on a task's splits: likelihood, decoded exact match, BLEU and chrF.
 
-:func:`evaluate` is what the training loop runs at its evaluation steps; it
-decodes with a ``predict_fn`` (:func:`rpr.predict.make_predict_fn`) bounded
-per row by the input length (:func:`decode_limits`), never by the reference.
+:func:`evaluate` scores some splits with given parameters; it decodes with a
+``predict_fn`` (:func:`rpr.predict.predict`, jitted by :mod:`rpr.assemble`)
+bounded per row by the input length (:func:`decode_limits`), never by the
+reference. :class:`Evaluation`, built once per run by :mod:`rpr.assemble`,
+is what the training loop calls at its evaluation steps: the splits of the
+run's :class:`rpr.config.Eval`, at the last step also the final splits, the
+mean of the last checkpoints (``average_last``) and the decoded hypotheses
+written to the workdir.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from typing import Callable
+import os
+from typing import Any, Callable, Optional
 
 import jax
 import numpy as np
+from absl import logging
 from jax.sharding import Mesh
 
+from rpr import checkpoint
 from rpr import metrics
 from rpr import progress as progress_lib
+from rpr import records
 from rpr.sharding import pad_rows, shard_batch
+
+DECODED = "decoded"  # <workdir>/decoded/<split>[_avg].txt.gz: the final evaluations' hypotheses
 
 
 # An evaluation with more left than this says how to cap it.
@@ -143,3 +155,69 @@ def by_length_buckets(split: str, hyps, references, lengths: np.ndarray, bounds)
       out[f"{split}/chrf_by_length/{name}"] = metrics.chrf(h, r)
       out[f"{split}/sentences_by_length/{name}"] = float(rows.size)
   return out
+
+
+@dataclasses.dataclass
+class Evaluation:
+  """What the training loop evaluates with, built once per run (:func:`rpr.assemble.prepare`).
+
+  ``config``: the run's :class:`rpr.config.Eval`; ``predict_fn`` decodes ``eval_splits`` (``decode_method``),
+  ``final_predict_fn`` the ``final_eval_splits`` (``final_decode_method``); ``ckpt`` and ``abstract_state``
+  restore the checkpoints that ``average_last`` averages.
+  """
+  config: Any
+  workdir: str
+  task: Any
+  mesh: Mesh
+  eval_fn: Callable
+  predict_fn: Callable
+  final_predict_fn: Callable
+  max_decode_length: int
+  ckpt: checkpoint.Checkpoints
+  abstract_state: Any
+
+  def __call__(self, params, step: int, final: bool) -> dict[str, float]:
+    """``eval_splits`` scored with ``params``; at the last step (``final``) also what :meth:`final` adds."""
+    results = self._scores(self.config.eval_splits, self.predict_fn, params)
+    return {**results, **self.final(params, step)} if final else results
+
+  def final(self, params, step: int) -> dict[str, float]:
+    """The last evaluation's additions: ``final_eval_splits`` (their hypotheses written to the workdir), and
+    with ``average_last`` the mean of the newest checkpoints (:meth:`averaged`)."""
+    return {**self._scores(self.config.final_eval_splits, self.final_predict_fn, params, save=""),
+            **self.averaged(step)}
+
+  def averaged(self, step: int) -> dict[str, float]:
+    """With ``average_last = N > 1``: ``eval_splits`` and ``final_eval_splits`` scored again with the mean of the
+    newest N checkpoints' parameters at or before ``step`` (Vaswani et al.), as ``<split>_avg/<metric>``; the
+    final state's own scores keep their names. The training state is left as it is. N = 1: nothing."""
+    n = self.config.average_last
+    if n <= 1:
+      return {}
+    self.ckpt.wait()
+    steps = sorted(s for s in self.ckpt.manager.all_steps() if s <= step)[-n:]
+    if len(steps) < n:
+      logging.warning("config.average_last = %d, but only %d checkpoint(s) exist: averaging steps %s.", n,
+                      len(steps), steps)
+    logging.info("Evaluating the mean of the parameters of the checkpoints of steps %s.", steps)
+    params = self.ckpt.average_params(self.abstract_state, steps)
+    results = {**self._scores(self.config.eval_splits, self.predict_fn, params),
+               **self._scores(self.config.final_eval_splits, self.final_predict_fn, params, save="_avg")}
+    return {"{}_avg/{}".format(*k.split("/", 1)): v for k, v in results.items()}
+
+  def _scores(self, splits, predict_fn, params, save: Optional[str] = None) -> dict[str, float]:
+    """``save`` (a suffix: "" for the final state, "_avg" for the averaged one): each text split's hypotheses go to
+    ``<workdir>/decoded/<split><save>.txt.gz``, one line per reference, so that tests over the test set (a paired
+    bootstrap) can be rerun from the workdir; written before the metrics, so a run killed between the two
+    rewrites them when it resumes."""
+    if not splits:
+      return {}
+    decoded = {} if save is not None else None
+    results = evaluate(self.config, self.task, params, self.mesh, self.eval_fn, predict_fn, self.max_decode_length,
+                       splits, decoded)
+    if decoded and jax.process_index() == 0:
+      os.makedirs(os.path.join(self.workdir, DECODED), exist_ok=True)
+      for split, hyps in decoded.items():
+        lines = [h.replace("\n", " ") + "\n" for h in hyps]
+        records.replace_lines(os.path.join(self.workdir, DECODED, f"{split}{save}.txt.gz"), lines, compressed=True)
+    return results

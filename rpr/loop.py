@@ -9,7 +9,6 @@ stays the last good one.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable, Optional
 
@@ -19,15 +18,9 @@ from absl import logging
 
 from rpr import checkpoint
 from rpr import failures
-from rpr import records
 from rpr import stop
 from rpr.assemble import Run
 from rpr.config import evaluated_splits
-from rpr.evaluation import evaluate
-from rpr.sharding import host_batch
-
-DECODED = "decoded"  # <workdir>/decoded/<split>[_avg].txt.gz: the final evaluations' hypotheses
-
 
 class NonFiniteError(FloatingPointError):
   """Training produced a non-finite loss, gradient or parameter."""
@@ -57,33 +50,25 @@ def _summarise(history: list[dict]) -> dict[str, float]:
   }
 
 
-def _write(run: Run, writer, step: int, scalars: dict) -> None:
-  writer.write_scalars(step, scalars)
-  run.records.append({"step": step, **scalars})
-
-
 def _evaluate_and_write(run: Run, writer, step: int, final: bool) -> dict[str, float]:
-  """Evaluates ``eval_splits``, and at the last step ``final_eval_splits`` too; writes and logs the metrics.
+  """Evaluates (:class:`rpr.evaluation.Evaluation`: ``eval_splits``, and at the last step the final splits);
+  writes and logs the metrics.
 
-  The final splits are decoded with ``final_decode_method``. With a
-  plateau rule (:mod:`rpr.plateau`), an evaluation before the last step also
-  writes ``plateau/gain``; when the rule holds, the run saves its checkpoint,
-  evaluates the final splits and writes ``plateau/reached``: the last step.
+  With a plateau rule (:mod:`rpr.plateau`), an evaluation before the last step also writes ``plateau/gain``;
+  when the rule holds, the run saves its checkpoint, evaluates the final splits and writes ``plateau/reached``:
+  the last step.
   """
-  rule = run.rule
-  t0 = time.time()
-  results = _evaluate(run, run.eval.eval_splits, run.predict_fn, run.state.params)
+  rule, t0 = run.rule, time.time()
+  results = run.evaluation(run.state.params, step, final)
   reached = False
   if rule is not None and not final:
     gain, reached = rule.judge(run.records, step, results[rule.metric])
     if gain is not None:
       results["plateau/gain"] = gain
     reached = _agreed(reached)
-  if final:
-    results.update(_evaluate(run, run.eval.final_eval_splits, run.final_predict_fn, run.state.params, save=""))
-    results.update(_averaged(run, step, run.eval.eval_splits))
   if results:
-    _write(run, writer, step, results)
+    writer.write_scalars(step, results)
+    run.records.append({"step": step, **results})
     logging.info("eval step %d (%.1fs): %s", step, time.time() - t0,
                  ", ".join(f"{k} {v:.4f}" for k, v in results.items()))
   if reached:
@@ -108,55 +93,19 @@ def _finish_at_plateau(run: Run, writer, step: int) -> dict[str, float]:
   logging.info("Plateau reached at step %d (config.plateau_metric %s): the final evaluation.", step,
                run.budget.plateau_metric)
   t0 = time.time()
-  results = {**_evaluate(run, run.eval.final_eval_splits, run.final_predict_fn, run.state.params, save=""),
-             **_averaged(run, step, run.eval.eval_splits), "plateau/reached": 1.0}
-  _write(run, writer, step, results)
+  results = {**run.evaluation.final(run.state.params, step), "plateau/reached": 1.0}
+  writer.write_scalars(step, results)
+  run.records.append({"step": step, **results})
   logging.info("final eval step %d (%.1fs): %s", step, time.time() - t0,
                ", ".join(f"{k} {v:.4f}" for k, v in results.items()))
   return results
 
 
-def _evaluate(run: Run, splits, predict_fn, params, save: Optional[str] = None) -> dict[str, float]:
-  """``save`` (a suffix: "" for the final state, "_avg" for the averaged one): each text split's hypotheses go to
-  ``<workdir>/decoded/<split><save>.txt.gz``, one line per reference, so that tests over the test set (a paired
-  bootstrap) can be rerun from the workdir; written before the metrics, so a run killed between the two
-  rewrites them when it resumes."""
-  if not splits:
-    return {}
-  decoded = {} if save is not None else None
-  results = evaluate(run.eval, run.task, params, run.mesh, run.eval_fn, predict_fn, run.model_config.max_length,
-                     splits, decoded)
-  if decoded and jax.process_index() == 0:
-    os.makedirs(os.path.join(run.workdir, DECODED), exist_ok=True)
-    for split, hyps in decoded.items():
-      lines = [h.replace("\n", " ") + "\n" for h in hyps]
-      records.replace_lines(os.path.join(run.workdir, DECODED, f"{split}{save}.txt.gz"), lines, compressed=True)
-  return results
-
-
-def _averaged(run: Run, step: int, splits) -> dict[str, float]:
-  """With ``average_last = N > 1``: ``splits`` and ``final_eval_splits`` scored again with the mean of the
-  newest N checkpoints' parameters at or before ``step`` (Vaswani et al.), as ``<split>_avg/<metric>``; the
-  final state's own scores keep their names. The training state is left as it is. N = 1: nothing."""
-  n = run.eval.average_last
-  if n <= 1:
-    return {}
-  run.ckpt.wait()
-  steps = sorted(s for s in run.ckpt.manager.all_steps() if s <= step)[-n:]
-  if len(steps) < n:
-    logging.warning("config.average_last = %d, but only %d checkpoint(s) exist: averaging steps %s.", n,
-                    len(steps), steps)
-  logging.info("Evaluating the mean of the parameters of the checkpoints of steps %s.", steps)
-  params = run.ckpt.average_params(run.abstract_state, steps)
-  results = {**_evaluate(run, splits, run.predict_fn, params),
-             **_evaluate(run, run.eval.final_eval_splits, run.final_predict_fn, params, save="_avg")}
-  return {"{}_avg/{}".format(*k.split("/", 1)): v for k, v in results.items()}
-
-
 def _log(run: Run, writer, history: list, done: int, rate: float) -> dict[str, float]:
   summary = {**_summarise(history), "train/steps_per_sec": rate}
   failures.warn_if_loss_grew(run.records, done, summary["train/loss"], run.task.vocab.size)
-  _write(run, writer, done, summary)
+  writer.write_scalars(done, summary)
+  run.records.append({"step": done, **summary})
   steps = run.budget.num_train_steps
   logging.info("step %d/%d: loss %.4f, accuracy %.4f, %.2f steps/s, ETA %s", done, steps, summary["train/loss"],
                summary["train/accuracy"], rate, _eta((steps - done) / max(rate, 1e-9)))
@@ -165,7 +114,7 @@ def _log(run: Run, writer, history: list, done: int, rate: float) -> dict[str, f
 
 def train(run: Run, writer, on_save: Callable[[int], None] = lambda step: None) -> dict[str, float]:
   """Steps from the restored one to ``num_train_steps``: logs, evaluates and saves when due; stops on a signal."""
-  budget, ckpt, mesh = run.budget, run.ckpt, run.mesh
+  budget, ckpt = run.budget, run.ckpt
   final: dict[str, float] = {}
   num_steps, start = budget.num_train_steps, int(run.state.step)
   if stop.requested() and start < num_steps:  # before step 1 of this process: nothing new to save
@@ -178,7 +127,8 @@ def train(run: Run, writer, on_save: Callable[[int], None] = lambda step: None) 
   history, previous, t_log, step_log = [], None, time.time(), start
   for step in range(start, num_steps):
     # PAD rows (weight 0) make a token-budget batch's row count divisible by the devices.
-    run.state, m = run.step_fn(run.state, host_batch(run.task, step, mesh))
+    run.state, m = run.step_fn(run.state, run.batch(step))
+    stop.stepping()  # compiled and launched: a signal now stops after a step, with a checkpoint
     if previous is not None:  # one step behind, so the host does not wait for the step just launched
       _check_finite(*previous, ckpt)
     previous = (step + 1, m)  # named, like its records, by the step its update reaches
@@ -208,7 +158,7 @@ def train(run: Run, writer, on_save: Callable[[int], None] = lambda step: None) 
         return {**final, "step": float(done)}
   if start >= num_steps:  # nothing left to train: the final evaluation, unless it is written already
     at_step = {k: v for r in run.records if r["step"] == start for k, v in r.items()}
-    if _agreed(all(f"{s}/loss" in at_step for s in evaluated_splits(run.eval))):
+    if _agreed(all(f"{s}/loss" in at_step for s in evaluated_splits(run.evaluation.config))):
       final.update(at_step)
     else:
       final.update(_evaluate_and_write(run, writer, start, final=True))
@@ -226,7 +176,8 @@ def _resume_evaluation(run: Run, writer, step: int) -> Optional[dict[str, float]
   """
   rule = run.rule
   at_step = {k: v for r in run.records if r["step"] == step for k, v in r.items()}
-  if step % run.budget.eval_every_steps == 0 and not _agreed(all(f"{s}/loss" in at_step for s in run.eval.eval_splits)):
+  evaluated = all(f"{s}/loss" in at_step for s in run.evaluation.config.eval_splits)
+  if step % run.budget.eval_every_steps == 0 and not _agreed(evaluated):
     results = _evaluate_and_write(run, writer, step, final=False)
     return results if results.get("plateau/reached") else None
   if rule is None or not _agreed(rule.judge(run.records, step)[1]):

@@ -8,11 +8,7 @@ then runs greedy or beam search one decoder token per step against the
 
 from __future__ import annotations
 
-import functools
-from typing import Callable
-
 import jax
-from jax.sharding import NamedSharding
 
 from rpr import decode
 from rpr.model import ModelConfig, build, init_cache
@@ -20,7 +16,7 @@ from rpr.model import ModelConfig, build, init_cache
 Array = jax.Array
 
 
-def predict(params, inputs: Array, *, model_config: ModelConfig, max_decode_len: int, method: str = "greedy",
+def predict(params, inputs: Array, max_decode_len: int, *, model_config: ModelConfig, method: str = "greedy",
             beam_size: int = 4, alpha: float = 0.6) -> Array:
   """Decoded ids ``[batch, max_decode_len]`` for ``inputs [batch, L_in]`` (``method``: greedy or beam)."""
   model = build(model_config.replace(decode=True, deterministic=True))
@@ -43,23 +39,3 @@ def predict(params, inputs: Array, *, model_config: ModelConfig, max_decode_len:
   else:
     raise ValueError(f"unknown decode method {method!r}; allowed: ['greedy', 'beam']")
   return sequences
-
-
-def make_predict_fn(config, model_config: ModelConfig, batch_sharding: NamedSharding,
-                    replicated: NamedSharding, method: str | None = None) -> Callable[[object, Array, int], Array]:
-  """``fn(params, inputs, max_decode_len)`` jitted with the run's shardings; output replicated (host-readable).
-
-  ``config``: the run's :class:`rpr.config.Eval`; ``method``: greedy or beam (default ``config.decode_method``).
-  """
-  jitted = {}
-  method = method or config.decode_method
-
-  def fn(params, inputs, max_decode_len: int):
-    if max_decode_len not in jitted:
-      jitted[max_decode_len] = jax.jit(
-          functools.partial(predict, model_config=model_config, max_decode_len=max_decode_len,
-                            method=method, beam_size=config.beam_size, alpha=config.beam_alpha),
-          in_shardings=(replicated, batch_sharding), out_shardings=replicated)
-    return jitted[max_decode_len](params, inputs)
-
-  return fn

@@ -18,6 +18,7 @@ from absl import logging
 
 from rpr import config as config_lib
 from rpr import provenance
+from rpr import records
 from rpr.attention import positions
 from rpr.config import ConfigError, RunConfig
 from rpr.model import ModelConfig
@@ -93,15 +94,16 @@ def load(workdir: str) -> RunConfig:
   return config_lib.validate(read(os.path.join(workdir, "config.json")))
 
 
-def write(workdir: str, config: RunConfig, model_config: ModelConfig) -> None:
-  """``<workdir>/config.json`` from ``config``, the model as built and the environment (process 0 only)."""
+def write(workdir: str, record: dict) -> dict:
+  """``<workdir>/config.json`` = ``record`` (``config``: :meth:`~rpr.config.RunConfig.to_dict`; ``model_config``: the
+  model as built) and the environment, replaced atomically, so a kill never leaves half of one (process 0 only);
+  returns what it holds (on every process)."""
   import jax
 
-  from rpr import workdir as workdir_lib
-
+  record = {**record, **provenance.environment()}
   if jax.process_index() == 0:
-    workdir_lib.write_record(workdir, {"config": config.to_dict(), "model_config": model_config.to_dict(),
-                                       **provenance.environment()})
+    records.replace_lines(os.path.join(workdir, "config.json"), [json.dumps(record, indent=2, sort_keys=True)])
+  return record
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:

@@ -46,7 +46,7 @@ def replace_lines(path: str, lines: list[str], compressed: bool = False) -> None
       with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
         f.write("".join(lines).encode("utf-8"))
     else:
-      with open(tmp, "w", encoding="utf-8") as f:
+      with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:  # bytes kept as they were read
         f.writelines(lines)
     os.replace(tmp, path)
   except OSError as e:

@@ -30,7 +30,6 @@ import time
 import jax
 
 from rpr import assemble
-from rpr import config as config_lib
 from rpr import failures
 from rpr import loop
 from rpr import provenance
@@ -50,7 +49,8 @@ def train_and_evaluate(config: RunConfig, workdir: str, allow_config_change=(), 
                        trust_checkpoints: bool = False) -> dict[str, float]:
   """Trains ``config`` in ``workdir`` (resuming from its latest checkpoint) and returns the final metrics.
 
-  ``config``: a validated :class:`rpr.config.RunConfig` (``rpr.config.parse``). The run holds the workdir's lock
+  ``config``: a :class:`rpr.config.RunConfig` validated at the boundary, for these devices
+  (``rpr.config.parse(config_dict, jax.device_count())``; run.py and the sweep runner). The run holds the workdir's lock
   (:mod:`rpr.workdir`) throughout. Resuming refuses config changes outside ``rpr.record.RESUME_SAFE_KEYS``
   and ``allow_config_change``, and checkpoints without a ``config.json`` unless ``trust_checkpoints``;
   ``restore_unverified`` lets a checkpoint without complete checksums restore.
@@ -62,7 +62,6 @@ def train_and_evaluate(config: RunConfig, workdir: str, allow_config_change=(), 
   evaluation then).
   """
   mesh = make_mesh()
-  config_lib.check_devices(config, mesh.size)  # before the workdir is made
   t0, environment = time.time(), provenance.environment()
   with stop.handle_signals(), (workdir_lib.lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()):
     record.check_resume(config, workdir, allow_config_change, trust_checkpoints=trust_checkpoints)
@@ -77,7 +76,7 @@ def train_and_evaluate(config: RunConfig, workdir: str, allow_config_change=(), 
     on_save = lambda step: (reached.append(step), span(step, True))
     writer = writers.create(workdir, jax.process_index(), config.budget.tensorboard)
     # The run's hyper-parameters for TensorBoard's HParams dashboard, beside the metrics it writes.
-    writer.write_hparams(writers.hparams(config.to_dict()))
+    writer.write_hparams(writers.hparams(run.recorded["config"]))
     try:
       return loop.train(run, writer, on_save=on_save)
     finally:  # each step runs (the save in flight waited for); the first error is the one raised (rpr/failures.py)

@@ -1,4 +1,4 @@
-"""What a run owns in its workdir: the lock that keeps a second run out, and its ``config.json``.
+"""What a run owns in its workdir: the lock that keeps a second run out, and the span of each process.
 
 One run per workdir: :func:`lock` takes an exclusive ``flock`` on
 ``<workdir>/.lock`` and writes the holder's PID, host and start time into
@@ -8,8 +8,7 @@ ends; a lock file whose holder is gone is stale, and the next run takes it
 over with a warning. A process may take the lock of one workdir more than
 once (``run.py``, then ``train_and_evaluate``); it is released at the last release.
 
-``config.json`` is written atomically (:func:`write_record`), so a kill
-never leaves half of one.
+``config.json`` is :mod:`rpr.record`'s; ``metrics.jsonl`` is :mod:`rpr.records`'.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from rpr import records
 LOCK = ".lock"
 PROCESSES = "processes.jsonl"  # one line per process that trained the run (record_process)
 _held: dict[str, list] = {}  # realpath -> [open file, count]
+_warned: set = set()  # (path, line) of the damaged lines of processes.jsonl warned of
 
 
 class Busy(RuntimeError):
@@ -67,15 +67,25 @@ def record_process(workdir: str, start: float, steps: tuple[int, int], running: 
   path = os.path.join(workdir, PROCESSES)
   kept = []
   if os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      for line in f:
-        if line.strip() and _process_key(json.loads(line)) != this:
-          kept.append(line.rstrip("\n") + "\n")
+    with open(path, "rb") as f:
+      for n, line in enumerate(f, 1):
+        if line.strip() and _span(path, n, line) != this:
+          kept.append(line.decode("utf-8", "surrogateescape").rstrip("\n") + "\n")
   records.replace_lines(path, kept + [json.dumps(record, sort_keys=True) + "\n"])  # one writer: the lock's holder
 
 
-def _process_key(span: dict) -> tuple:
-  return span.get("host"), span.get("pid"), span.get("start")
+def _span(path: str, n: int, line: bytes) -> Optional[tuple]:
+  """The (host, PID, start) of line ``n`` of ``processes.jsonl``; None for a damaged line, which is kept as it is
+  (the other spans can be trusted), with one warning per process."""
+  try:
+    span = json.loads(line.decode("utf-8"))
+    return span.get("host"), span.get("pid"), span.get("start")
+  except (ValueError, AttributeError) as e:
+    if (path, n) not in _warned:
+      _warned.add((path, n))
+      logging.warning("%s, line %d is not a process's span (%s): kept as it is and passed over; delete that line "
+                      "if it is of no use.", path, n, (str(e).splitlines() or [type(e).__name__])[0][:100])
+    return None
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
@@ -172,6 +182,13 @@ def release(workdir: str) -> None:
       f.close()
 
 
+def release_all() -> None:
+  """Gives back every lock this process holds (a process ending at once: rpr.stop.end_at_once)."""
+  for key in list(_held):
+    _held[key][1] = 1
+    release(key)
+
+
 @contextlib.contextmanager
 def lock(workdir: str):
   acquire(workdir)
@@ -196,8 +213,3 @@ def _describe(record: dict) -> str:
 def _holder(f) -> str:
   record = _read(f)
   return _describe(record) if record else "another process (it has not written its PID yet)"
-
-
-def write_record(workdir: str, record: dict) -> None:
-  """``<workdir>/config.json`` = ``record``, replaced atomically."""
-  records.replace_lines(os.path.join(workdir, "config.json"), [json.dumps(record, indent=2, sort_keys=True)])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rpr import checkpoint
-from rpr import loop
+from rpr import evaluation
 from rpr import train
 from rpr.records import read_jsonl
 from tests.test_train import load_state, tiny_config
@@ -22,9 +22,9 @@ AVERAGED = dict(num_train_steps=8, eval_splits=("valid",), eval_every_steps=8, l
 def averaged(tmp_path_factory):
   """One averaged run of 8 steps: its workdir, its final metrics and the parameters its final evaluation scored."""
   path, scored = tmp_path_factory.mktemp("averaged"), []
-  evaluate = loop.evaluate
+  evaluate = evaluation.evaluate
   with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(loop, "evaluate", lambda config, task, params, *a, **k: scored.append(params) or evaluate(
+    patch.setattr(evaluation, "evaluate", lambda config, task, params, *a, **k: scored.append(params) or evaluate(
         config, task, params, *a, **k))
     out = train_run(tiny_config(**AVERAGED), str(path))
   return path, out, scored

@@ -19,6 +19,7 @@ from absl import flags
 
 from rpr import checkpoint
 from rpr import failures
+from rpr import record
 from rpr import records
 from rpr import train
 from rpr import workdir
@@ -201,12 +202,12 @@ def test_a_failed_append_to_metrics_jsonl_leaves_no_half_line(tmp_path):
 
 
 def test_failed_writes_of_config_json_and_the_events_name_the_file(tmp_path, monkeypatch):
-  workdir.write_record(str(tmp_path), {"config": {"a": 1}})
+  record.write(str(tmp_path), {"config": {"a": 1}})
   with monkeypatch.context() as m:
     m.setattr(records.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only file system")))
     with pytest.raises(records.Unwritable, match=r"config.json: \[Errno 30\] Read-only file system"):
-      workdir.write_record(str(tmp_path), {"config": {"a": 2}})
-  assert json.loads((tmp_path / "config.json").read_text()) == {"config": {"a": 1}}
+      record.write(str(tmp_path), {"config": {"a": 2}})
+  assert json.loads((tmp_path / "config.json").read_text())["config"] == {"a": 1}
   assert sorted(os.listdir(tmp_path)) == ["config.json"]  # no .tmp left
 
   class OpError(Exception):  # TensorFlow's errors, without importing it

@@ -16,6 +16,7 @@ LEVELS = {
     "rpr.model": 2, "rpr.workdir": 2, "rpr.writers": 2,
     "rpr.predict": 3, "rpr.config": 3, "rpr.evaluation": 3, "rpr.steps": 3,
     "rpr.record": 4,  # config.json: reads rpr.config's tree
+    "rpr.memory": 4,  # estimates the memory of rpr.config's tree
     "rpr.assemble": 5,  # builds a run from the tree's sections
     "rpr.loop": 6,  # trains what rpr.assemble built
     "rpr.train": 7,
@@ -120,7 +121,7 @@ def test_modules_and_functions_stay_small():
 
 
 # experiments/: a library that any experiment, command or sweep may use, and that imports none of them.
-EXPERIMENTS_LIBRARY = ("engine", "runs", "render", "machine", "settings", "paper", "columns", "stats")
+EXPERIMENTS_LIBRARY = ("engine", "runs", "render", "machine", "settings", "paper", "protocol", "stats")
 
 
 def test_the_experiments_library_imports_no_experiment_and_configs_import_no_experiments():
@@ -162,30 +163,23 @@ COVERED_BY = {
     "rpr/data/sections.py": "tests/test_config.py",
     "rpr/fields.py": "tests/test_config.py",
     "rpr/loop.py": "tests/test_train.py",
-    "rpr/data/bounds.py": "tests/experiments/test_columns.py",
+    "rpr/data/bounds.py": "tests/data/test_arithmetic.py",
     "rpr/data/corpus.py": "tests/data/test_bible.py",
     "rpr/data/lm.py": "tests/data/test_sotu.py",
     "rpr/data/sentencepiece_vocab.py": "tests/data/test_wmt.py",
     "rpr/data/task.py": "tests/data/test_arithmetic.py",
     "rpr/data/text.py": "tests/data/test_bible.py",
     "rpr/steps.py": "tests/test_train.py",
-    "rpr/stop.py": "tests/test_train.py",
     "rpr/tokens.py": "tests/test_predict.py",
     "experiments/__main__.py": "tests/experiments/test_app.py",
-    "experiments/arithmetic.py": "tests/experiments/test_arithmetic_experiment.py",
     "experiments/bench/attention.py": "tests/experiments/test_bench_attention.py",
     "experiments/bench/attention_report.py": "tests/experiments/test_bench_attention.py",
-    "experiments/bench/hlo.py": "tests/experiments/test_bench_memory.py",
-    "experiments/bench/malloc.py": "tests/experiments/test_bench_malloc.py",
-    "experiments/bench/memory.py": "tests/experiments/test_bench_memory.py",
-    "experiments/bench/memory_report.py": "tests/experiments/test_bench_memory.py",
     "experiments/bench/step.py": "tests/experiments/test_bench_step.py",
     "experiments/engine.py": "tests/experiments/test_sweep.py",
     "experiments/machine.py": "tests/experiments/test_bench_attention.py",
-    "experiments/paper.py": "tests/experiments/test_report.py",
-    "experiments/render.py": "tests/experiments/test_report.py",
-    "experiments/runs.py": "tests/experiments/test_report.py",
-    "experiments/sections.py": "tests/experiments/test_baselines.py",
+    "experiments/paper.py": "tests/experiments/test_sweep.py",
+    "experiments/protocol.py": "tests/experiments/test_tables.py",
+    "experiments/render.py": "tests/experiments/test_tables.py",
     "experiments/settings.py": "tests/experiments/test_bench_attention.py",
     "experiments/sweeps.py": "tests/experiments/test_sweep.py",
 }

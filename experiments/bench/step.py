@@ -46,6 +46,7 @@ from absl import app
 from absl import flags
 
 from experiments import machine
+from experiments import render
 from rpr import malloc
 
 
@@ -190,8 +191,7 @@ def run(cases, steps: int, rounds: int, cores, baseline: str = "", baseline_tuna
 
 def ratios(records: list[dict]) -> str:
   """Per case, this checkout's steps a second over the baseline's, round by round (measured at the same time)."""
-  lines = []
-  by = {}
+  by, rows = {}, []
   for r in records:
     by.setdefault((r["case"]["name"], r["case"]["dtype"]), []).append(r)
   for (name, dtype), rs in by.items():
@@ -199,8 +199,8 @@ def ratios(records: list[dict]) -> str:
     each = [(b if not b["baseline"] else a)["steps_per_sec"] / (a if a["baseline"] else b)["steps_per_sec"]
             for a, b in pairs]
     if each:
-      lines.append(f"| {name} | {dtype} | " + ", ".join(f"{x:.2f}" for x in each) + " |")
-  return "\n".join(["| case | dtype | steps/s here / baseline, each round |", "| --- | --- | --- |", *lines])
+      rows.append([name, dtype, ", ".join(f"{x:.2f}" for x in each)])
+  return render.markdown_table(["case", "dtype", "steps/s here / baseline, each round"], rows)
 
 
 def table(records: list[dict]) -> str:
@@ -209,16 +209,16 @@ def table(records: list[dict]) -> str:
   for r in (r for r in records if not r.get("baseline")):
     by.setdefault((r["case"]["name"], r["case"]["dtype"]), []).append(r)
   f32 = {name: statistics.median(x["loss"] for x in rs) for (name, dtype), rs in by.items() if dtype == "float32"}
-  rows = ["| case | dtype | steps/s | GFLOP/step | GFLOP/s | matmul peak GFLOP/s | share of peak | peak memory MB "
-          "| loss (last quarter) | vs float32 |", "|" + " --- |" * 10]
+  rows = []
   for (name, dtype), rs in by.items():
     med = lambda key: statistics.median(x[key] for x in rs)
     loss = med("loss")
-    delta = f"{loss - f32[name]:+.4f}" if name in f32 else "-"
-    rows.append(f"| {name} | {dtype} | {med('steps_per_sec'):.2f} | {med('flops_per_step') / 1e9:.2f} | "
-                f"{med('flops_per_sec') / 1e9:.1f} | {med('matmul_peak') / 1e9:.1f} | {med('fraction_of_peak'):.2f} | "
-                f"{statistics.median(x['memory']['peak'] for x in rs) / 1e6:.0f} | {loss:.4f} | {delta} |")
-  return "\n".join(rows)
+    rows.append([name, dtype, f"{med('steps_per_sec'):.2f}", f"{med('flops_per_step') / 1e9:.2f}",
+                 f"{med('flops_per_sec') / 1e9:.1f}", f"{med('matmul_peak') / 1e9:.1f}",
+                 f"{med('fraction_of_peak'):.2f}", f"{statistics.median(x['memory']['peak'] for x in rs) / 1e6:.0f}",
+                 f"{loss:.4f}", f"{loss - f32[name]:+.4f}" if name in f32 else "-"])
+  return render.markdown_table(["case", "dtype", "steps/s", "GFLOP/step", "GFLOP/s", "matmul peak GFLOP/s",
+                                "share of peak", "peak memory MB", "loss (last quarter)", "vs float32"], rows)
 
 
 def write(data: dict, out: str) -> None:

@@ -132,7 +132,9 @@ class MultiHeadAttention(nn.Module):
     """``inputs_q [batch, q, features]``, ``inputs_kv [batch, k, features]`` (None: self-attention).
 
     ``key_valid [batch, k]``: False for padding keys. The layer's ``causal``
-    and ``window`` complete the :class:`Mask`. With the dense implementation
+    and ``window`` complete the :class:`Mask`. A query with no allowed key
+    attends to nothing: zero before the output projection (by design, not an
+    error: padding rows of PAD only have no valid key). With the dense implementation
     the attention weights are sown in ``intermediates/attention_weights``.
     ``q_offset`` is the position of query 0 when not decoding (the
     encoder-decoder attention of a cached decoder step at position ``t``
@@ -140,7 +142,12 @@ class MultiHeadAttention(nn.Module):
     """
     check_implementation(self.implementation)
     check_offset(q_offset)
+    if isinstance(self.num_heads, bool) or not isinstance(self.num_heads, int) or self.num_heads < 1:
+      raise ValueError(f"num_heads must be an int >= 1, got {self.num_heads!r}")
     inputs_kv = inputs_q if inputs_kv is None else inputs_kv
+    for name, x in (("inputs_q", inputs_q), ("inputs_kv", inputs_kv)):
+      if jnp.ndim(x) != 3:  # checked here: the projections would make another shape of it, and name that one
+        raise ValueError(f"{name} must be [batch, length, features], got shape {tuple(jnp.shape(x))}")
     features = inputs_q.shape[-1]
     if self.head_dim is None and features % self.num_heads:
       raise ValueError(f"features {features} are not divisible by num_heads {self.num_heads}")

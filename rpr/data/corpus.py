@@ -10,12 +10,20 @@ in stored order without TensorFlow (as ``rpr.data.arithmetic`` does), and
 :func:`vocabulary` keeps the SentencePiece model beside the generated data
 (``<data_dir>/<builder>/<version>/spm<size>.model``), trained once on the
 texts it is given, which are the training split's only.
+
+Generated data that does not read back (a flipped byte fails array_record's
+checksums) is a :class:`rpr.data.DataError` of one line naming the data
+set's folder, to delete so that the next run generates it again
+(:func:`reading`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Callable, Iterable
+
+from google.protobuf.message import DecodeError
 
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
@@ -58,12 +66,27 @@ def _value(feature) -> Any:
   return value.decode("utf-8") if kind == "bytes_list" else int(value)
 
 
+@contextlib.contextmanager
+def reading(builder: tfds.core.DatasetBuilder, split: str):
+  """Reads of ``split``'s generated files: an error of damaged data is a one-line DataError with the remedy."""
+  try:
+    yield
+  except (RuntimeError, OSError, DecodeError, UnicodeDecodeError) as e:
+    from rpr import data
+
+    cause = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    folder = os.fspath(builder.data_dir)
+    raise data.DataError(f"the generated data of {builder.name} in {folder} does not read back (split {split!r}: "
+                         f"{cause}); it is damaged: delete {folder} and the next run generates it again") from None
+
+
 def read_split(builder: tfds.core.DatasetBuilder, split: str) -> list[dict[str, Any]]:
   """Every record of ``split`` as ``{feature: str or int}``, in stored order (scalar features only)."""
-  source = builder.as_data_source(split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
-  records = source.__getitems__(list(range(len(source))))
-  return [{k: _value(f) for k, f in tf_example_pb2.Example.FromString(r).features.feature.items()}
-          for r in records]
+  with reading(builder, split):
+    source = builder.as_data_source(split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
+    records = source.__getitems__(list(range(len(source))))
+    return [{k: _value(f) for k, f in tf_example_pb2.Example.FromString(r).features.feature.items()}
+            for r in records]
 
 
 def vocabulary(builder: tfds.core.DatasetBuilder, sentences: Callable[[], Iterable[str]], vocab_size: int,

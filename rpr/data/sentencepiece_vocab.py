@@ -43,8 +43,17 @@ class SentencePieceVocab:
 
   @classmethod
   def load(cls, path: str | os.PathLike) -> "SentencePieceVocab":
+    """The model at ``path``; :class:`rpr.data.DataError` naming it if it does not parse (cut short, damaged)."""
     with open(path, "rb") as f:
-      return cls(f.read())
+      proto = f.read()
+    try:
+      return cls(proto)
+    except RuntimeError as e:
+      from rpr import data
+
+      cause = (str(e).strip().splitlines() or ["RuntimeError"])[0][:200]
+      raise data.DataError(f"{path} is not a SentencePiece model that loads ({len(proto)} bytes: {cause}); it is "
+                           "damaged: delete it and the next run trains it again from the same data") from None
 
   def encode(self, text: str) -> list[int]:
     """Text to ids, without BOS/EOS."""

@@ -8,6 +8,8 @@ values from numpy) and every model is applied under jit: XLA compilation is
 what these tests spend their time on, so each compiles as little as it can.
 """
 
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -297,6 +299,7 @@ def test_a_scheme_module_acting_at_the_embeddings_is_used_as_given(random_variab
     (dict(window=-1), r"window must be None or an int >= 0, got -1"),
     (dict(window=-1, implementation="chunked"), r"window must be None or an int >= 0, got -1"),
     (dict(num_heads=3), r"features 8 are not divisible by num_heads 3"),
+    (dict(num_heads=0), r"num_heads must be an int >= 1, got 0"),  # not a ZeroDivisionError
     (dict(position="rope", head_dim=3), r"rope needs an even head_dim, got 3"),
     (dict(position="shaw", position_options={"max_distance": -1}),
      r"shaw option max_distance = -1 is not allowed; allowed: an int >= 0 and <= 65536"),
@@ -320,3 +323,26 @@ def test_decode_step_of_two_tokens_raises(random_variables):
   variables = random_variables(decoder, inputs())
   with pytest.raises(ValueError, match=r"decode step expects one token of shape \(1, 1, 2, 4\), got \(1, 2, 2, 4\)"):
     jax.eval_shape(lambda: decoder.apply(variables, inputs()[:, :2], mutable=["cache"]))
+
+
+@pytest.mark.parametrize("shape", [(L, F), (1, 1, L, F)])
+def test_an_input_of_another_rank_is_named_by_its_own_shape(random_variables, shape):
+  with pytest.raises(ValueError, match=rf"inputs_q must be \[batch, length, features\], got shape "
+                                       rf"{re.escape(str(shape))}"):
+    random_variables(layer("shaw"), jnp.ones(shape))
+
+
+@pytest.mark.parametrize("kind", ["dot", "chunked", "additive"])
+def test_a_query_with_no_allowed_key_outputs_zero_by_design(random_variables, kind):
+  # Documented (rpr/attention/dense.py, chunked.py): an all-False mask attends to nothing. Not an error: a
+  # token-budget batch pads its row count with rows of PAD only, whose keys are all masked.
+  model = layer("none" if kind == "additive" else "shaw", kind)
+  variables = random_variables(model, inputs(batch=2))
+  valid = jnp.array([[True] * L, [False] * L])
+  out, state = model.apply(variables, inputs(batch=2), key_valid=valid, mutable=["intermediates"])
+  assert np.isfinite(np.asarray(out)).all()
+  bias = variables["params"]["out"].get("bias")
+  np.testing.assert_array_equal(np.asarray(out[1]), 0 if bias is None else np.broadcast_to(bias, out[1].shape))
+  assert np.abs(np.asarray(out[0])).max() > 0
+  for weights in jax.tree_util.tree_leaves(state.get("intermediates", {})):  # dense: the row's weights are zero
+    assert not np.asarray(weights)[1].any()

@@ -115,3 +115,53 @@ def test_no_index_tensor_is_materialised():
 
   temp = jax.jit(jax.grad(f, argnums=(0, 1))).lower(x, s).compile().memory_analysis().temp_size_in_bytes
   assert temp < 3 * s.size * 4, temp / (s.size * 4)
+
+
+@pytest.mark.parametrize("k", [0, 2, 5])
+@pytest.mark.parametrize("q_len,k_len", SHAPES)
+@pytest.mark.parametrize("offset", [0, 2, -3])
+@pytest.mark.parametrize("shared", [False, True])
+def test_head_major_terms_match_loops(x64, rng, k, q_len, k_len, offset, shared):
+  """The dense path's head-major a^K and a^V terms (hand-written table gradients) against the loops, in float64:
+  values and the gradients for the query, the weights and both tables (offset traced)."""
+  b, h, d = 2, 3, 4
+  query = rng.normal(size=(b, q_len, h, d))
+  weights = rng.normal(size=(b, h, q_len, k_len))
+  table_shape = (2 * k + 1, d) if shared else (h, 2 * k + 1, d)
+  kt, vt = rng.normal(size=table_shape), rng.normal(size=table_shape)
+  gk, gv = rng.normal(size=(b, h, q_len, k_len)), rng.normal(size=(b, q_len, h, d))
+
+  def loss(query, weights, kt, vt, o):
+    terms = rel.Relative(k, kt, vt, offset=o)
+    return (jnp.sum(rel.relative_logits(query, terms, k_len) * gk)
+            + jnp.sum(rel.relative_values(weights, terms) * gv))
+
+  got = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(
+      *(jnp.asarray(a) for a in (query, weights, kt, vt)), jnp.int32(offset))
+
+  def loop_loss(query, weights, kt, vt):
+    kth = np.broadcast_to(kt, (h,) + kt.shape[-2:])
+    vth = np.broadcast_to(vt, (h,) + vt.shape[-2:])
+    qw = np.einsum("bqhd,hrd->bhqr", query, kth)
+    buckets = reduce_loop(weights, k, offset)
+    return (np.sum(expand_loop(qw, k_len, k, offset) * gk) + np.sum(np.einsum("bhqr,hrd->bqhd", buckets, vth) * gv))
+
+  np.testing.assert_allclose(float(got[0]), loop_loss(query, weights, kt, vt), rtol=1e-12)
+  # The loss is linear in each argument given the others: the gradients are the loss's own coefficients.
+  for i, a in enumerate((query, weights, kt, vt)):
+    want = np.zeros_like(a)
+    for idx in np.ndindex(*a.shape):
+      e = np.zeros_like(a)
+      e[idx] = 1.0
+      args = [query, weights, kt, vt]
+      if i < 2:
+        args[i] = e
+        if i == 0:
+          args[1] = np.zeros_like(weights)
+        else:
+          args[0] = np.zeros_like(query)
+      else:
+        args[i] = e
+        args[5 - i] = np.zeros_like(args[5 - i])
+      want[idx] = loop_loss(*args)
+    np.testing.assert_allclose(np.asarray(got[1][i]), want, rtol=1e-10, atol=1e-12)

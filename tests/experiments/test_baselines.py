@@ -1,13 +1,10 @@
-"""The real-text baselines: TF-IDF retrieval, the LM's documents, and the report section that sets them beside
-groups (experiments/sections.py)."""
+"""The real-text baselines: TF-IDF retrieval, the LM's documents, each test book's scores and the README."""
 
 import json
-import types
 
 import numpy as np
 
 from experiments import baselines
-from experiments import sections
 from rpr import tokens
 
 
@@ -37,37 +34,6 @@ def test_each_book_is_scored_on_its_own_verses_in_the_order_the_books_first_appe
   assert scored["Joshua"] == baselines.scores(hyps[1::2], refs[1::2])
   assert scored["Luke"]["verses"] == 3 and scored["Joshua"]["verses"] == 2
   assert scored["Luke"]["bleu"] != scored["Joshua"]["bleu"]  # each book's own verses, not the corpus's
-
-
-DATA = {"translation": {"retrieval": {"test": {"bleu": 13.0, "chrf": 30.0, "verses": 3},
-                                      "test_long": {"bleu": 5.0, "chrf": 20.0, "verses": 2}},
-                        "copy": {"test": {"bleu": 2.0, "chrf": 20.0, "verses": 3}}},
-        "lm": {"chosen_order": "4", "orders": {"3": {"splits": {"test": {"perplexity": 40.0, "tokens": 9}}},
-                                                "4": {"splits": {"test": {"perplexity": 32.0, "tokens": 9}}}}}}
-
-
-def _section(metric, groups, dataset):
-  report = types.SimpleNamespace(spec=types.SimpleNamespace(metric=metric), digits=2, groups=[
-      types.SimpleNamespace(label=k, values=v, config={"dataset": dataset}, capped=0) for k, v in groups.items()])
-  return "\n".join(sections.baselines_section(report))
-
-
-def test_the_section_sets_each_group_beside_each_baseline_that_has_the_metric(tmp_path, monkeypatch):
-  (tmp_path / "baselines.json").write_text(json.dumps(DATA))
-  monkeypatch.setattr(baselines, "RESULTS", str(tmp_path / "baselines.json"))
-  groups = {"shaw": [14.0, 15.5], "k=0": [8.0, 9.0], "one": [20.0]}
-  text = _section("test/bleu", groups, "bible_fr_en")
-  # Each group's mean [min, max] minus the baseline; no verdict.
-  assert ("retrieval: the nearest training verse's English (TF-IDF)**: test/bleu 13.00 (`experiments/results/"
-          "baselines/`). Each group's mean [min, max] minus it: shaw +1.75 [+1.00, +2.50]; k=0 -4.50 [-5.00, -4.00]; "
-          "one +7.00 [+7.00, +7.00].") in text
-  assert "copy: the French source**: test/bleu 2.00" in text and "shaw +12.75 [+12.00, +13.50]" in text
-  assert "separated" not in text and "floor" not in text
-  # Perplexity: the chosen order is the baseline.
-  text = _section("test/perplexity", {"k=2": [31.0, 31.5]}, "sotu")
-  assert "Kneser-Ney 4-gram**: test/perplexity 32.00" in text and "40.00" not in text
-  assert "k=2 -0.75 [-1.00, -0.50]" in text
-  assert baselines.of_metric("test/exact_match") == {}
 
 
 def test_the_readme_has_a_row_per_baseline_and_a_column_per_test_book(tmp_path):

@@ -97,3 +97,13 @@ def test_model_step_target_is_judged_on_the_median_ratio():
   assert "NOT met" in missed
   assert not [line for line in bench_attention.check_targets({"lengths": {}, "model_step": {"status": "skipped"}})
               if "training step" in line]
+
+
+def test_peak_subtracts_donated_aliases():
+  import jax.numpy as jnp
+
+  f = jax.jit(lambda x, y: (x + 1, y * 2), donate_argnums=0)
+  spec = jax.ShapeDtypeStruct((1024, 64), jnp.float32)
+  m = machine.peak_bytes(f.lower(spec, spec).compile())
+  assert m["alias"] == 1024 * 64 * 4
+  assert m["peak"] == m["temp"] + m["argument"] + m["output"] - m["alias"]

@@ -312,7 +312,7 @@ def test_the_sweeps_jobs_are_the_printed_commands_and_their_logs_go_to_the_sweep
   assert sweep_lib.submitit_folder(sweep, "root") == "root/wmt_table2/submitit"
 
 
-def test_status_of_a_sweep_lists_every_run_and_gives_the_report_once_all_are_done(tmp_path):
+def test_status_of_a_sweep_lists_every_run_and_gives_the_tables_once_all_are_done(tmp_path):
   sweep = sweeps.get("length_tiny")
   status = lambda: subprocess.run([sys.executable, "-m", "experiments", "sweep", "length_tiny", "--status",
                                    "--root", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -330,4 +330,4 @@ def test_status_of_a_sweep_lists_every_run_and_gives_the_report_once_all_are_don
   steps = sweep_lib.load_config(sweep.runs[0], str(tmp_path)).num_train_steps
   (pathlib.Path(sweep.workdir(sweep.runs[0], str(tmp_path))) / "metrics.jsonl").write_text(
       json.dumps({"step": steps, "valid/loss": 1.0, "long/loss": 1.0}) + "\n")
-  assert status().stdout.splitlines()[-2:] == ["4 done", "report: " + sweep_lib.report_command(sweep, str(tmp_path))]
+  assert status().stdout.splitlines()[-2:] == ["4 done", "tables: " + sweep_lib.tables_command(str(tmp_path))]

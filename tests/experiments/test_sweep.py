@@ -14,7 +14,6 @@ from experiments import engine
 from experiments import launch
 from experiments import paper
 from experiments import runs as runs_lib
-from experiments import sections
 from experiments import sweep as sweep_lib
 from experiments import sweeps
 from rpr import data
@@ -106,7 +105,7 @@ def test_printed_commands_name_the_config_variant_workdir_and_every_key(tmp_path
   steps = sweep_lib.load_config(sweep_lib.select(sweeps.get(name), only=[only])[0], "").num_train_steps
   assert proc.stdout.splitlines() == [expected.format(root=tmp_path), "# 0 of 1 runs finished, 0 in progress",
                                       f"# {steps:,} steps left; no step rate is logged yet",
-                                      "# report: " + sweep_lib.report_command(sweeps.get(name), str(tmp_path))]
+                                      "# tables: " + sweep_lib.tables_command(str(tmp_path))]
 
 
 def test_print_marks_the_finished_runs_and_says_where_each_run_in_progress_stands(tmp_path, capsys):
@@ -135,7 +134,7 @@ def test_print_marks_the_finished_runs_and_says_where_each_run_in_progress_stand
   assert lines[-2] == (f"# {left:,} steps left: {left / 0.5 / 3600:.1f} hours of one process at 0.50 steps/s, the "
                        "median step rate of its runs in progress (evaluations included; divide by the processes "
                        "run side by side)")
-  assert lines[-1].startswith("# report: python -m experiments report")
+  assert lines[-1] == f"# tables: python -m experiments tables --root {tmp_path} --out {tmp_path}/paper --readme ''"
 
 
 def _finish(workdir, steps, evaluated=True, splits=("valid", "long"), rate=None):
@@ -275,15 +274,10 @@ def test_a_shared_cell_is_the_other_sweeps_run_with_the_same_config():
     assert sweep_lib.load_config(run, "root").to_dict() == sweep_lib.load_config(other, "root").to_dict()
 
 
-def test_report_command_reads_the_shared_runs_into_the_committed_directory():
-  words = sweep_lib.report_command(sweeps.get("translation_table3"), "experiments/results").split()
-  assert words[4:6] == ["'experiments/results/translation/table3/*/*'",
-                        "'experiments/results/translation/table1/shaw/*'"]
-  assert words[-2:] == ["--out", "experiments/results/translation/table3"]
-  # The learning curves read their cells at the shorter budget from the sweeps that trained them.
-  words = sweep_lib.report_command(sweeps.get("lm_curves"), "experiments/results").split()
-  assert words[-6:-2] == ["--shorter", "'experiments/results/lm/clipping/*/*'",
-                          "--shorter", "'experiments/results/lm/length/*/*'"]
+def test_the_tables_command_rewrites_the_committed_tables_only_from_the_committed_root():
+  assert sweep_lib.tables_command("experiments/results") == "python -m experiments tables"
+  assert sweep_lib.tables_command("workdirs/sweeps") == ("python -m experiments tables --root workdirs/sweeps --out "
+                                                         "workdirs/sweeps/paper --readme ''")
 
 
 def test_prepare_data_makes_each_data_config_once_before_the_workers_start(monkeypatch):
@@ -296,20 +290,6 @@ def test_prepare_data_makes_each_data_config_once_before_the_workers_start(monke
   assert engine.prepare_data(configs(runs)) == 2  # all lengths; training on <= 30 pieces
   assert [c.dataset for c in made] == ["sotu", "bible_fr_en", "bible_fr_en"]
   assert [c.train_max_source_tokens for c in made[1:]] == [None, translation.SHORT]
-
-
-@pytest.mark.parametrize("name", sorted(n for n, s in sweeps.SWEEPS.items() if s.shorter))
-def test_every_cell_of_a_longer_sweep_is_trained_by_its_shorter_sweeps(name):
-  # The report matches the cells by config without the budget keys (experiments.sections.cell): a key that differs
-  # by mistake would leave a cell without its shorter runs, and the report with a "-" where the change should be.
-  def cell(run):
-    config = sweep_lib.load_config(run, "root").to_dict()
-    return sections.cell(runs_lib.flatten(engine.recorded_config(config)))
-
-  sweep = sweeps.get(name)
-  shorter = {cell(r) for other in sweep.shorter for r in sweeps.get(other).runs}
-  missing = sorted({r.name for r in sweep.runs if cell(r) not in shorter})
-  assert not missing, missing
 
 
 def test_time_left_uses_the_finished_runs_rate_when_none_is_in_progress_and_says_a_plateau_may_stop_sooner():
@@ -329,15 +309,15 @@ def test_a_runs_step_rate_counts_its_evaluations_where_the_median_interval_would
   assert sweep_lib._run_rate([{"step": 1, "valid/loss": 1.0}]) is None  # pylint: disable=protected-access
 
 
-@pytest.mark.parametrize("task,sweep_name,tables", [("translation", "translation_paper", ("table1", "table2", "table3")),
-                                                    ("lm", "lm_paper", ("lm_clipping",))])
+@pytest.mark.parametrize("task,sweep_name,tables", [
+    ("translation", "translation_paper", ("table1", "table2", "table3")), ("lm", "lm_paper", ("lm_clipping",))])
 def test_the_paper_sweep_trains_every_cell_of_its_tables_once_per_protocol_seed(monkeypatch, task, sweep_name,
                                                                                  tables):
   """Declared only once the pilot fixed the budget; then every cell of the protocol's tables has a workdir per seed
   (0-4; 0-2 for the schemes beside Table 1) where experiments/tables.py reads it, each training the budget."""
   import importlib
 
-  from experiments import tables as tables_lib
+  from experiments import protocol
 
   module = importlib.import_module(f"configs.{task}")
   monkeypatch.setattr(module, "PAPER_STEPS", 0)
@@ -347,7 +327,8 @@ def test_the_paper_sweep_trains_every_cell_of_its_tables_once_per_protocol_seed(
   runs = {(f"{declared['folder']}/{r['name']}", r["seed"]) for r in declared["runs"]}
   assert len(runs) == len(declared["runs"])
   beside = {"rope", "t5", "alibi_directional"}
-  wanted = {(t.folder_of(row), s) for t in tables_lib.protocol_tables() if t.name in tables for row in t.rows
+  wanted = {(t.folder_of(row), s) for t in protocol.protocol_tables(str(sweeps.ROOT))
+            if t.name in tables for row in t.rows
             for s in range(3 if row.cell in beside else 5)}
   assert runs == wanted
   for r in declared["runs"]:  # each a valid config (unknown override keys would fail: the config is locked)

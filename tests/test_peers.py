@@ -1,0 +1,107 @@
+"""A dead peer named (rpr.peers): when one process of a multi-process run dies, the survivor ends within 30 s in
+one line naming it, with exit status 2, and the same command resumes from the last checkpoint; the relay of a
+child's stderr drops the coordination service's abort report and passes every other line on."""
+
+import io
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rpr import peers
+from rpr.records import read_jsonl
+from tests.test_multiprocess import _port
+from tests.test_train import ROOT, _env
+from tests.test_workdir import one_error_line
+
+ABORT = """\
+E1129 12:01:05.927017   27491 coordination_service.cc:1549] [1190] Use error polling to propagate the following \
+error to all tasks: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):
+1
+The tasks have crashed. Check the task logs for an earlier error.
+E1129 12:01:05.927603   27502 coordination_service_agent.cc:289] Polled an error from coordination service.
+F1129 12:01:05.927815   27502 client.h:80] Terminating process because the JAX distributed service detected fatal \
+errors. absl::Status: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):
+1
+*** Check failure stack trace: ***
+    @     0x7f61230a71f5  (unknown)
+Fatal Python error: Aborted
+"""
+STEPS = "I1129 12:00:00.515414 1400 loop.py:161] step 20/100: loss 1.6936\nI1129 12:00:01.1 1400 other.py:1] done\n"
+
+
+def relayed(text, status, process_id=0):
+  out = io.StringIO()
+  relay = peers.Relay(out)
+  for line in text.splitlines(keepends=True):
+    relay.line(line)
+  line = relay.end(status, process_id, 2)
+  return out.getvalue(), line
+
+
+def test_the_relay_names_the_dead_peer_of_an_abort_and_drops_its_report():
+  out, line = relayed(STEPS + ABORT, -signal.SIGABRT)
+  assert out == STEPS and line.startswith("process 1 of 2 stopped responding at step 20, so this one stopped too; "
+                                          "resume with the same command")
+  lost = ABORT.replace("The following tasks are unhealthy (stopped sending heartbeats):\n1", "Socket closed")
+  assert relayed(lost, -signal.SIGABRT, process_id=1)[1].startswith("process 0 of 2 stopped responding before its "
+                                                                    "first step")  # the coordinator
+  # Not aborted: the coordination service's lines are passed on, held back only until the child ends.
+  out, line = relayed(ABORT.splitlines(keepends=True)[0] + "1\n" + STEPS, 0)
+  assert line is None and out == ABORT.splitlines(keepends=True)[0] + "1\n" + STEPS
+  out, line = relayed(STEPS + ABORT, 1)  # an abort of another kind: everything passed on
+  assert line is None and out == STEPS + ABORT
+
+
+JOB = ["--config=configs/tiny.py", "--config.num_train_steps=4000", "--config.checkpoint_every_steps=4",
+       "--config.log_every_steps=4", "--config.eval_splits=()", "--config.tensorboard=False"]
+
+
+def _start(workdir, cache, logs):
+  address = f"localhost:{_port()}"
+  return [subprocess.Popen([sys.executable, "run.py", *JOB, f"--workdir={workdir}", "--multihost",
+                            f"--coordinator_address={address}", "--num_processes=2", f"--process_id={i}"],
+                           cwd=ROOT, env=_env(cache, devices=2), stdout=subprocess.DEVNULL, stderr=log)
+          for i, log in enumerate(logs)]
+
+
+def _kill_after(procs, workdir, records, victim):
+  """SIGKILL to process ``victim`` once metrics.jsonl holds ``records`` records; the survivor's exit status and
+  the seconds it took to end."""
+  path = workdir / "metrics.jsonl"
+  while not path.exists() or len(read_jsonl(path)) < records:
+    assert all(p.poll() is None for p in procs), "the job ended before the kill"
+    time.sleep(0.05)
+  procs[victim].kill()
+  t0 = time.time()
+  survivor = procs[1 - victim]
+  survivor.wait(timeout=120)
+  procs[victim].wait()
+  return survivor.returncode, time.time() - t0
+
+
+@pytest.mark.slow
+def test_a_dead_peer_is_named_in_one_line_within_30_s_and_the_run_resumes(tmp_path, compilation_cache):
+  # Process 1 killed: process 0 (the coordinator) notices its missing heartbeats. Then the same command resumes
+  # from the last checkpoint, and process 0 is killed: process 1 loses the coordinator at once.
+  workdir = tmp_path / "run"
+  for attempt, victim, records in ((0, 1, 2), (1, 0, 1)):
+    logs = [tmp_path / f"{attempt}.{i}.err" for i in range(2)]
+    with open(logs[0], "w") as a, open(logs[1], "w") as b:
+      procs = _start(workdir, compilation_cache, (a, b))
+      before = len(read_jsonl(workdir / "metrics.jsonl")) if attempt else 0
+      status, seconds = _kill_after(procs, workdir, before + records, victim)
+    err = logs[1 - victim].read_text()
+    proc = subprocess.CompletedProcess([], status, "", err)
+    line = one_error_line(proc)  # exit status 2, one line, no traceback
+    assert seconds < 30 and line.startswith(f"run.py: error: process {victim} of 2 stopped responding at step "), \
+        (seconds, line)
+    assert line.endswith("resume with the same command (it goes on from the last checkpoint)")
+    for noise in ("could not save", "Fatal Python error", "Terminating process", "Check failure"):
+      assert noise not in err, err[-3000:]
+    assert not re.search(r"^[EF]\d{4} ", err, re.M), err[-3000:]  # no error line of JAX's or orbax's
+    if attempt:
+      assert "Resumed from the checkpoint of step" in err, err[-3000:]
