@@ -24,7 +24,6 @@ import dataclasses
 from typing import Any, Optional
 
 import flax.linen as nn
-from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -152,15 +151,9 @@ class ModelConfig:
          f"{cross} (absolute schemes act at the embeddings, not in encoder-decoder attention)")
     for name, key in ((self.position, "position_options"), (self.cross_position, "cross_position_options")):
       try:  # the checks that depend on the width (RoPE's even head_dim)
-        options = positions.parse_options(name, getattr(self, key), self.head_dim)
+        positions.parse_options(name, getattr(self, key), self.head_dim)
       except ValueError as e:
         raise ValueError(f"config.model.{key}: {e}") from None
-      k = getattr(options, "max_distance", None)  # Shaw's clipping distance, beside the longest sequence
-      if k is not None and k >= self.max_length:
-        logging.info("Note: Shaw's clipping distance (%s: max_distance = %d) reaches past the longest sequence "
-                     "(model.max_length = %d): no distance is clipped, so it acts as %d, and %d of the %d rows of "
-                     "each relative table are never trained.", key, k, self.max_length, self.max_length - 1,
-                     2 * (k - self.max_length + 1), 2 * k + 1)
 
 
 def cross_schemes() -> list[str]:

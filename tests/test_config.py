@@ -235,17 +235,3 @@ def test_validation_runs_once_per_run(tmp_path, monkeypatch):
   monkeypatch.setattr(model_lib.ModelConfig, "validate", counted("model", model_validate))
   out = train_run(tiny_config(**dict(FAST, num_train_steps=2)), str(tmp_path))
   assert out["step"] == 2 and calls == {"run": 1, "model": 1}
-
-
-def test_a_clipping_distance_past_the_longest_sequence_is_noted_once_and_kept(caplog):
-  """k >= model.max_length clips nothing: the config is kept as given, with one note at validation that says so."""
-  import logging
-
-  from rpr.model import ModelConfig
-
-  with caplog.at_level(logging.INFO):
-    model = ModelConfig(position="shaw", position_options={"max_distance": 64}, max_length=16).validate()
-    ModelConfig(position="shaw", position_options={"max_distance": 15}, max_length=16).validate()
-  notes = [r.getMessage() for r in caplog.records if "reaches past the longest sequence" in r.getMessage()]
-  assert model.position_options.max_distance == 64 and len(notes) == 1
-  assert "max_distance = 64" in notes[0] and "acts as 15" in notes[0] and "98 of the 129 rows" in notes[0]
