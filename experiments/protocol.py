@@ -122,4 +122,4 @@ QUESTIONS = (("Shaw against sinusoidal", "table1", ("shaw",)),
 
 # The protocol's pilots: (task folder, the metric the budget rule reads, the cells, the budgets).
 PILOTS = (("pilot/translation", "validation/bleu", ("shaw", "sinusoidal"), (4000, 8000, 16000, 32000)),
-          ("pilot/lm", "test/perplexity", ("shaw,L4d128",), (8000, 16000)))
+          ("pilot/lm", "test/perplexity", ("shaw,L4d128",), (8000, 16000, 32000)))
