@@ -2,11 +2,12 @@
 
   jobs = [launch.Job("k=4/seed0", workdir, ("--config=configs/tiny.py", f"--workdir={workdir}"), config), ...]
   outcome = launch.launch(jobs, launch.Options(executor="local", workers=2), folder="<sweep dir>/submitit")
-  print(launch.format_status(launch.status(jobs, folder)))
+  print(status.format_status(status.status(jobs, folder)))  # experiments/status.py
 
 A job is one training run: ``run.py`` with its flags (``Job.argv``), started as a child of the job's callable
 (:class:`RunJob`, a ``submitit.helpers.Checkpointable``), or trained in this process (``debug``). Finished runs
-(:func:`finished`) are not submitted. Each job's stdout, stderr and result (its exit state) land in ``folder``;
+(:func:`experiments.status.finished`) are not submitted, nor runs whose workdir another process holds. Each
+job's stdout, stderr and result (its exit state) land in ``folder``;
 ``folder/jobs.json`` maps each workdir to its job, for :func:`status`. ``local`` runs ``workers`` jobs at once;
 ``slurm`` submits one job array (a run across nodes: one task per GPU, ``run.py --multihost``) and returns.
 
@@ -18,12 +19,10 @@ saves the run without a requeue. README.md, "Running a sweep on a cluster", has 
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import os
 import pathlib
-import pickle
 import shutil
 import signal
 import subprocess
@@ -35,6 +34,8 @@ from absl import logging
 import submitit
 
 from experiments import engine
+from experiments import status as status_lib
+from experiments.status import MANIFEST, finished
 from experiments.settings import knob
 from rpr import progress
 from rpr import records as records_lib
@@ -42,7 +43,6 @@ from rpr.stop import STOPPED  # run.py's exit status of a run a signal stopped (
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXECUTORS = ("local", "slurm", "debug")
-MANIFEST = "jobs.json"
 SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 
 
@@ -76,6 +76,9 @@ class Options:
   array_parallelism: int = knob(64, "slurm: at most this many runs of the array at once.")
   signal_delay_s: int = knob(120, "Seconds before the time limit at which the job gets SIGUSR2 to save and requeue.")
   max_requeues: int = knob(3, "Time limits a run may meet (each one requeues it) before its job fails.")
+  checkpoints: str = knob("", "Keep each run's checkpoints/ under this directory, linked from its workdir: "
+                          "scratch storage, or a folder outside a work tree that is cloned anew ('' keeps them in "
+                          "the workdir).")
 
   def check(self) -> None:
     """Raises ValueError naming the first bad value and what is allowed."""
@@ -101,20 +104,6 @@ class Options:
 
 _SLURM_ONLY = ("partition", "nodes", "gpus_per_node", "cpus_per_task", "mem", "account", "constraint",
                "array_parallelism")
-
-
-def finished(workdir: str, config) -> bool:
-  """Whether ``workdir`` holds the run's last step (``num_train_steps``, or where the plateau rule stopped it) with
-  the evaluation of every split the config evaluates there (none: the last step's log is enough)."""
-  records = _records(workdir)
-  end = engine.end_step(records, config.num_train_steps)
-  last = {k: v for r in records if r["step"] >= end for k, v in r.items()}
-  return bool(last) and all(f"{s}/loss" in last for s in engine.evaluated_splits(config))
-
-
-def _records(workdir: str) -> list[dict]:
-  path = os.path.join(workdir, "metrics.jsonl")
-  return records_lib.read_jsonl(path) if os.path.exists(path) else []
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -230,10 +219,10 @@ def launch(jobs: Sequence[Job], options: Options, folder: str, env: Optional[dic
   """Submits every unfinished job of ``jobs``; their workdirs by outcome.
 
   Outcomes: ``skipped`` (finished before), ``done``, ``stopped`` (a signal stopped it, saved), ``failed``
-  (local, debug), ``busy`` (debug: another process holds its workdir) and ``submitted`` (slurm: the array is in the
-  queue; :func:`status` follows it). ``local`` and ``debug`` return when their jobs have ended; SIGTERM or Ctrl-C
-  stops every running run after its current step (each saves a checkpoint) and starts no more. ``env``: environment
-  variables of every run (local, slurm).
+  (local, debug), ``busy`` (another process holds its workdir's lock: not submitted) and ``submitted`` (slurm: the
+  array is in the queue; ``experiments.status`` follows it). ``local`` and ``debug`` return when their jobs have
+  ended; SIGTERM or Ctrl-C stops every running run after its current step (each saves a checkpoint) and starts no
+  more. ``env``: environment variables of every run (local, slurm).
   """
   options.check()
   os.makedirs(folder, exist_ok=True)
@@ -241,9 +230,13 @@ def launch(jobs: Sequence[Job], options: Options, folder: str, env: Optional[dic
   todo = []
   for job in jobs:
     done_before = finished(job.workdir, job.config)
-    (outcome["skipped"] if done_before else todo).append(job.workdir if done_before else job)
     if done_before:
+      outcome["skipped"].append(job.workdir)
       logging.info("%s: finished, skipped.", job.workdir)
+    elif _claimable(job.workdir, options.checkpoints):
+      todo.append(job)
+    else:
+      outcome["busy"].append(job.workdir)
   if not todo:
     return outcome
   executor = make_executor(options, folder)
@@ -262,6 +255,54 @@ def launch(jobs: Sequence[Job], options: Options, folder: str, env: Optional[dic
         break  # a signal stops the sweep: the runs after it are not started
     return outcome
   return _run_local(executor, todo, options, folder, env, outcome, poll_s)
+
+
+def checkpoint_home(workdir: str, where: str) -> pathlib.Path:
+  """Where ``--checkpoints=where`` keeps ``workdir``'s checkpoints: ``where/<workdir relative to the repository
+  (else to /)>/checkpoints``, so a new clone in the same place finds them again."""
+  path = pathlib.Path(workdir).resolve()
+  relative = path.relative_to(REPO) if path.is_relative_to(REPO) else path.relative_to(path.anchor)
+  return pathlib.Path(where).resolve() / relative / "checkpoints"
+
+
+def link_checkpoints(workdir: str, where: str) -> None:
+  """Makes ``<workdir>/checkpoints`` a link to :func:`checkpoint_home`, moving a checkpoints folder there first.
+
+  Raises:
+    ValueError: the link points elsewhere, or both places hold checkpoints (nothing is moved then).
+  """
+  link, home = pathlib.Path(workdir) / "checkpoints", checkpoint_home(workdir, where)
+  if link.is_symlink():
+    if link.resolve() != home:
+      raise ValueError(f"{link} links to {os.readlink(link)}, not to {home}; allowed: remove the link, or give the "
+                       "--checkpoints it was made with")
+    return
+  home.parent.mkdir(parents=True, exist_ok=True)
+  if link.exists():
+    if home.exists() and any(home.iterdir()):
+      raise ValueError(f"{link} and {home} both hold checkpoints; allowed: keep one of them")
+    if home.exists():
+      home.rmdir()
+    shutil.move(str(link), str(home))
+    logging.info("%s: checkpoints moved to %s.", workdir, home)
+  home.mkdir(exist_ok=True)
+  link.parent.mkdir(parents=True, exist_ok=True)
+  link.symlink_to(home, target_is_directory=True)
+
+
+def _claimable(workdir: str, checkpoints: str) -> bool:
+  """False, with a line, when another process holds the workdir's lock (its run trains elsewhere: not submitted
+  again); else its checkpoints are linked (``--checkpoints``) under the lock, which the run takes after."""
+  from rpr import workdir as workdir_lib
+
+  try:
+    with workdir_lib.lock(workdir):
+      if checkpoints:
+        link_checkpoints(workdir, checkpoints)
+  except workdir_lib.Busy as e:
+    logging.warning("%s; not submitted.", e)
+    return False
+  return True
 
 
 def _run_local(executor, todo: list[Job], options: Options, folder: str, env, outcome, poll_s: float):
@@ -312,8 +353,8 @@ def _run_local(executor, todo: list[Job], options: Options, folder: str, env, ou
 
 
 def _progress(job: Job, folder: str) -> str:
-  """``name  running  step 1,500 of 3,000  ETA 0:01:22  log ...``: the run's :func:`status` line."""
-  return format_status(status([job], folder)).splitlines()[0]
+  """``name  running  step 1,500 of 3,000  ETA 0:01:22  log ...``: the run's status line."""
+  return status_lib.format_status(status_lib.status([job], folder)).splitlines()[0]
 
 
 def _entry(job: Job, submitted, executor: str) -> dict:
@@ -323,78 +364,5 @@ def _entry(job: Job, submitted, executor: str) -> dict:
 
 def _record(folder: str, entries: dict) -> None:
   """Merges ``entries`` (workdir -> job) into ``folder/jobs.json``, replaced atomically."""
-  manifest = {**_manifest(folder), **entries}
+  manifest = {**status_lib.manifest(folder), **entries}
   records_lib.replace_lines(os.path.join(folder, MANIFEST), [json.dumps(manifest, indent=1, sort_keys=True)])
-
-
-def _manifest(folder: str) -> dict:
-  path = pathlib.Path(folder) / MANIFEST
-  return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-
-
-@dataclasses.dataclass(frozen=True)
-class Row:
-  """One run in :func:`status`: its state, last logged step of its total, ETA in seconds (running runs) and log."""
-  name: str
-  workdir: str
-  state: str  # done, running, queued, stopped, failed or not submitted
-  step: Optional[int]
-  steps: int
-  eta_s: Optional[float]
-  log: str
-
-
-def status(jobs: Sequence[Job], folder: str) -> list[Row]:
-  """Every run of ``jobs``: done (from its workdir), else what its job says (``folder/jobs.json``, then the job's
-  result pickle, SLURM's ``sacct`` or the local job's process), with its last step from ``metrics.jsonl``."""
-  manifest, rows = _manifest(folder), []
-  slurm = {e["job_id"]: submitit.SlurmJob(folder, e["job_id"]) for e in manifest.values()
-           if e.get("executor") == "slurm"}  # registered together: one sacct call asks for them all
-  for job in jobs:
-    records = engine.dedupe(_records(job.workdir))
-    step = max((int(r["step"]) for r in records), default=None)
-    entry = manifest.get(job.workdir, {})
-    state = "done" if finished(job.workdir, job.config) else _job_state(entry, folder, bool(records), slurm)
-    rates = [r["train/steps_per_sec"] for r in records if r.get("train/steps_per_sec")]
-    eta = (job.config.num_train_steps - step) / rates[-1] if state == "running" and rates and step else None
-    rows.append(Row(job.name, job.workdir, state, step, job.config.num_train_steps, eta, entry.get("log", "-")))
-  return rows
-
-
-def _job_state(entry: dict, folder: str, started: bool, slurm: dict) -> str:
-  if not entry:
-    return "stopped" if started else "not submitted"
-  if entry.get("job_id") is None:  # waiting for a local slot
-    return "queued" if _alive(entry.get("launcher")) else ("stopped" if started else "not submitted")
-  result = pathlib.Path(folder) / f"{entry['job_id']}_0_result.pkl"
-  if result.exists():
-    with open(result, "rb") as f:
-      kind, value = pickle.load(f)
-    return value["state"] if kind == "success" and value["state"] != "done" else "failed"
-  if entry["executor"] == "local":
-    return "running" if _alive(int(entry["job_id"])) else "failed"
-  state = slurm[entry["job_id"]].state.split()[0]  # sacct's, e.g. "CANCELLED by 123"
-  if state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING", "SUSPENDED", "UNKNOWN"):
-    return "queued"
-  if state in ("RUNNING", "COMPLETING"):
-    return "running"
-  return "stopped" if state == "PREEMPTED" else "failed"
-
-
-def _alive(pid) -> bool:
-  try:
-    return bool(pid) and os.kill(int(pid), 0) is None
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # another user's
-    return True
-
-
-def format_status(rows: Sequence[Row]) -> str:
-  """One line per run: name, state, step of steps, ETA, log; then the count of each state."""
-  lines = []
-  for r in rows:
-    step, eta = "-" if r.step is None else f"{r.step:,}", "-" if r.eta_s is None else progress.clock(r.eta_s)
-    lines.append(f"{r.name:24s} {r.state:13s} step {step:>9s} of {r.steps:,}  ETA {eta:>9s}  log {r.log}")
-  lines.append(", ".join(f"{n} {s}" for s, n in sorted(collections.Counter(r.state for r in rows).items())))
-  return "\n".join(lines)

@@ -40,6 +40,7 @@ from absl import logging
 from experiments import engine
 from experiments import launch
 from experiments import settings
+from experiments import status as status_lib
 from experiments import sweeps
 from rpr import workdir as workdir_lib
 from rpr.stop import STOPPED
@@ -146,7 +147,7 @@ def _time_left(steps: int, rates: dict[bool, list[float]], plateau_rule: bool) -
           f"its {whose} (evaluations included; divide by the processes run side by side)")
 
 
-finished = launch.finished  # the launcher skips and reports the runs it finds finished
+finished = status_lib.finished  # the launcher skips and reports the runs it finds finished
 
 
 def select(sweep: sweeps.Sweep, only=(), seeds=()) -> list[sweeps.Run]:
@@ -210,8 +211,8 @@ def main(argv) -> int:
     return 0
   jobs, folder = launch_jobs(sweep, runs, root), submitit_folder(sweep, root)
   if FLAGS.status:
-    rows = launch.status(jobs, folder)
-    print(launch.format_status(rows))
+    rows = status_lib.status(jobs, folder)
+    print(status_lib.format_status(rows))
     if all(r.state == "done" for r in rows):
       print("tables: " + tables_command(root))
     return 0
@@ -230,8 +231,9 @@ def main(argv) -> int:
   if options.executor == "slurm" or options.workers > 1:
     engine.prepare_data(job.config for job in jobs)  # once, before the jobs race to make the same files
   outcome = launch.launch(jobs, options, folder, env=env)
-  logging.info("Sweep %s: %d trained, %d skipped (finished before), %d failed, %d submitted%s.", sweep.name,
-               len(outcome["done"]), len(outcome["skipped"]), len(outcome["failed"]), len(outcome["submitted"]),
+  logging.info("Sweep %s: %d trained, %d skipped (finished before), %d busy (trained by another process), %d failed, "
+               "%d submitted%s.", sweep.name, len(outcome["done"]), len(outcome["skipped"]), len(outcome["busy"]),
+               len(outcome["failed"]), len(outcome["submitted"]),
                "".join(f"\n  failed: {w}" for w in outcome["failed"]))
   if outcome["stopped"]:
     return STOPPED

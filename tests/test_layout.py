@@ -180,6 +180,7 @@ COVERED_BY = {
     "experiments/paper.py": "tests/experiments/test_sweep.py",
     "experiments/protocol.py": "tests/experiments/test_tables.py",
     "experiments/render.py": "tests/experiments/test_tables.py",
+    "experiments/status.py": "tests/experiments/test_launch.py",
     "experiments/settings.py": "tests/experiments/test_bench_attention.py",
     "experiments/sweeps.py": "tests/experiments/test_sweep.py",
 }

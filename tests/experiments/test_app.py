@@ -58,7 +58,7 @@ def test_the_running_pilot_resumes_in_the_same_workdirs_under_the_new_command():
   sweep = sweeps.get("translation_pilot")
   workdirs = {sweep.workdir(r, "experiments/results") for r in sweep.runs}
   assert workdirs == {f"experiments/results/pilot/translation/{cell},steps={b}/seed{s}"
-                      for cell in ("shaw", "sinusoidal") for b in (4000, 8000, 16000) for s in (0, 1)}
+                      for cell in ("shaw", "sinusoidal") for b in (4000, 8000, 16000, 32000) for s in (0, 1)}
 
 
 def test_the_old_sweep_command_is_the_sweep_verb():

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from experiments import launch
+from experiments import status
 from experiments import sweep as sweep_lib
 from experiments import sweeps
 from rpr import progress
@@ -117,7 +118,7 @@ def test_local_jobs_two_at_once_one_signalled_requeues_and_ends_as_the_unbroken_
     assert pathlib.Path(manifest[j.workdir]["log"]).exists()
     with open(tmp_path / "submitit" / f"{manifest[j.workdir]['job_id']}_0_result.pkl", "rb") as f:
       assert pickle.load(f) == ("success", {"state": "done", "workdir": j.workdir})
-  rows = launch.status([a, b], folder)
+  rows = status.status([a, b], folder)
   assert [(r.state, r.step, r.eta_s) for r in rows] == [("done", 100, None)] * 2
   # The runs' logs are files: the launcher's own log says how far each running run is.
   said = [r.getMessage().split() for r in caplog.records if r.module == "launch"]
@@ -178,7 +179,7 @@ def test_slurm_array_through_stubs_signals_requeues_and_resumes(tmp_path, monkey
   assert "scontrol requeue 1000_1" not in calls
   (first, stop), (resumed, end) = _spans(a.workdir)
   assert first == 0 and 0 < stop < 100 and resumed == stop and end == 100  # the requeued job resumed the run
-  assert [r.state for r in launch.status([a, b], folder)] == ["done", "failed"]
+  assert [r.state for r in status.status([a, b], folder)] == ["done", "failed"]
   assert "the config has no key 'no_such_key'" in pathlib.Path(manifest()[b.workdir]["err"]).read_text()
 
 
@@ -194,7 +195,7 @@ def test_a_run_across_nodes_asks_one_task_per_gpu_and_initialises_jax_distribute
   assert not [line for line in script if line.startswith("#SBATCH --array")]  # one run: no array
   with open(tmp_path / "submitit" / "1000_submitted.pkl", "rb") as f:
     assert pickle.load(f).function.multihost
-  (row,) = launch.status([job], folder)
+  (row,) = status.status([job], folder)
   assert (row.state, row.log) == ("queued", f"{folder}/1000_0_log.out")
 
 
@@ -260,6 +261,48 @@ def test_debug_trains_in_this_process_one_run_after_another_and_stops_at_a_signa
   assert outcome["done"] == [jobs[0].workdir] and outcome["stopped"] == [jobs[1].workdir]
 
 
+def test_checkpoints_kept_elsewhere_are_linked_found_again_by_a_new_clone_and_resume(tmp_path, compilation_cache):
+  """--checkpoints: the run's checkpoints live outside its workdir; a work tree laid anew (the link gone, the
+  records kept) links them again and the run resumes from them, not from step 0."""
+  workdir, keep = tmp_path / "tree" / "run", tmp_path / "keep"
+  short = (("num_train_steps", 4), ("checkpoint_every_steps", 2), ("eval_every_steps", 4))
+  options = launch.Options(executor="debug", checkpoints=str(keep))
+  outcome = launch.launch([_job(workdir, short)], options, str(tmp_path / "submitit"))
+  link, home = workdir / "checkpoints", launch.checkpoint_home(str(workdir), str(keep))
+  assert outcome["done"] == [str(workdir)] and link.is_symlink() and link.resolve() == home
+  assert str(home).startswith(str(keep.resolve())) and {"2", "4"} <= {p.name for p in home.iterdir()}
+  link.unlink()  # a new clone: records committed, checkpoints not
+  longer = (("num_train_steps", 6),) + short[1:]
+  outcome = launch.launch([_job(workdir, longer)], options, str(tmp_path / "submitit"))
+  assert outcome["done"] == [str(workdir)] and link.is_symlink() and _spans(workdir) == [(0, 4), (4, 6)]
+  other = tmp_path / "elsewhere"
+  with pytest.raises(ValueError, match="links to .*, not to .*; allowed: remove the link"):
+    launch.link_checkpoints(str(workdir), str(other))
+  real = tmp_path / "tree" / "second"
+  (real / "checkpoints" / "2").mkdir(parents=True)  # a real folder moves to its home, then is linked
+  launch.link_checkpoints(str(real), str(keep))
+  assert (real / "checkpoints").is_symlink() and (launch.checkpoint_home(str(real), str(keep)) / "2").is_dir()
+
+
+def test_a_workdir_another_process_holds_is_passed_over_not_submitted(tmp_path, monkeypatch):
+  from rpr import workdir as workdir_lib
+
+  jobs = [_job(tmp_path / name, settings=()) for name in "ab"]
+  monkeypatch.setattr(launch.RunJob, "__call__", lambda self: {"state": "done", "workdir": self.job.workdir})
+  holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from rpr import workdir; "
+                             f"workdir.acquire({jobs[0].workdir!r}); print('held', flush=True); time.sleep(60)"],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    outcome = launch.launch(jobs, launch.Options(executor="debug"), str(tmp_path / "submitit"))
+  finally:
+    holder.kill()
+    holder.wait()
+  assert outcome["busy"] == [jobs[0].workdir] and outcome["done"] == [jobs[1].workdir]
+  workdir_lib.acquire(jobs[0].workdir)  # the holder is gone: the workdir is free again
+  workdir_lib.release(jobs[0].workdir)
+
+
 def test_status_reads_each_run_from_its_workdir_and_its_job(tmp_path):
   folder = tmp_path / "submitit"
   folder.mkdir()
@@ -278,11 +321,11 @@ def test_status_reads_each_run_from_its_workdir_and_its_job(tmp_path):
       jobs["running"].workdir: entry("running", str(os.getpid())),  # a live process: this one
       jobs["failed"].workdir: entry("failed", "failed"), jobs["stopped"].workdir: entry("stopped", "stopped"),
       jobs["queued"].workdir: {**entry("queued", None), "launcher": os.getpid()}}))
-  rows = launch.status(list(jobs.values()), str(folder))
+  rows = status.status(list(jobs.values()), str(folder))
   assert [(r.state, r.step) for r in rows] == [("done", 100), ("running", 40), ("failed", 20), ("stopped", 30),
                                                ("queued", None), ("not submitted", None)]
   assert rows[1].eta_s == pytest.approx((100 - 40) / 2.0) and rows[1].log == "running.out"
-  text = launch.format_status(rows).splitlines()
+  text = status.format_status(rows).splitlines()
   assert text[1].split()[:6] == ["tiny", "running", "step", "40", "of", "100"] and "ETA   0:00:30" in text[1]
   assert text[-1] == "1 done, 1 failed, 1 not submitted, 1 queued, 1 running, 1 stopped"
 
