@@ -73,11 +73,32 @@ def save(fig, path: str, dpi: int = 120) -> None:
   pyplot().close(fig)
 
 
+# One colour per cell in every plot: the protocol's cells in order, each a tab20 colour (dark tones first). A run
+# name with settings after the cell ("shaw,steps=8000") takes its cell's colour; a cell not listed takes the
+# first colour its panel leaves free.
+CELLS = ("sinusoidal", "shaw", "shaw+sinusoidal", "rope", "t5", "alibi_directional", "k=0", "k=1", "k=2", "k=4",
+         "k=8", "k=64", "k=256", "ak", "av")
+_TONES = tuple(range(0, 20, 2)) + tuple(range(1, 20, 2))
+
+
+def colours(names: Sequence[str]) -> list:
+  """The colour of each of ``names`` (distinct within the list): the cell's own (:data:`CELLS`), else a free one."""
+  import matplotlib
+
+  tab20 = matplotlib.colormaps["tab20"].colors
+  own = [_TONES[CELLS.index(n.split(",")[0])] if n.split(",")[0] in CELLS else None for n in names]
+  if len({o for o in own if o is not None}) < sum(o is not None for o in own):  # two settings of one cell
+    own = [None] * len(names)
+  free = iter(t for t in _TONES if t not in own)
+  return [tab20[o if o is not None else next(free)] for o in own]
+
+
 def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Sequence[float], Sequence[tuple]]],
                baselines: Sequence[tuple[str, float]] = (), curve_label: str = "", per_panel: int = 8) -> None:
   """A table's cells, one colour each (at most ``per_panel`` a panel): left, each seed's final value (thin dots)
   and the mean with its 95% CI (bold); right, each seed's learning curve (thin) and the mean over seeds (bold),
-  the last step of each seed marked x. Baselines are grey lines on both.
+  the last step of each seed marked x. Each cell keeps its colour across plots (:func:`colours`). Baselines (of the
+  table's metric, on the test split) are grey lines on the left panel only: the curves are validation scores.
 
   Args:
     cells: (name, final values, curves: one (steps, values) per seed).
@@ -88,8 +109,8 @@ def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Se
   panels = [cells[i:i + per_panel] for i in range(0, len(cells), per_panel)] or [[]]
   fig, axes = plt.subplots(len(panels), 2, figsize=(12.0, 4.2 * len(panels)), squeeze=False)
   for (left, right), panel in zip(axes, panels):
-    for i, (name, finals, curves) in enumerate(panel):
-      colour, v = f"C{i}", np.asarray(finals, np.float64)
+    for i, ((name, finals, curves), colour) in enumerate(zip(panel, colours([c[0] for c in panel]))):
+      v = np.asarray(finals, np.float64)
       left.plot([i] * len(v), v, ".", color=colour, alpha=0.6)
       if len(v):
         c = stats.cell(v)  # the tables' own CI
@@ -104,13 +125,13 @@ def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Se
         right.plot(common, mean, color=colour, linewidth=2.5, label=name)
     left.set_xticks(range(len(panel)), [name for name, _, _ in panel], rotation=20, ha="right")
     for k, (name, value) in enumerate(baselines):
-      for ax in (left, right):
-        ax.axhline(value, color="tab:gray", linestyle=("--", ":")[k % 2], linewidth=1.0,
-                   label=f"{name} ({value:.2f})" if ax is right else None)
+      left.axhline(value, color="tab:gray", linestyle=("--", ":")[k % 2], linewidth=1.0, label=f"{name} ({value:.2f})")
     left.set_ylabel(ylabel)
     right.set_xlabel("training step")
     right.set_ylabel(curve_label)
     right.legend(fontsize=8, loc="best")
+    if baselines:
+      left.legend(fontsize=8, loc="best")
     for ax in (left, right):
       ax.grid(alpha=0.3)
   axes[0][0].set_title("final: a dot per seed; mean and 95% CI", fontsize=9)

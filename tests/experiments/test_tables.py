@@ -181,3 +181,13 @@ def test_the_renderer_writes_a_missing_value_as_a_dash_in_markdown_and_empty_in_
   assert render.markdown_table(["a", "b"], [[1, "x"]], ["---", render.RIGHT]) == "| a | b |\n| --- | ---: |\n| 1 | x |"
   render.write_csv(str(tmp_path / "t.csv"), ["a", "b"], [[None, float("nan")], [1, 2.5]])
   assert (tmp_path / "t.csv").read_text().splitlines() == ["a,b", ",", "1,2.5"]
+
+
+def test_a_cell_keeps_its_colour_in_every_plot_and_colours_differ_within_one():
+  from experiments import render
+
+  table1, table2 = render.colours(["sinusoidal", "shaw", "rope"]), render.colours(["k=0", "shaw", "k=64"])
+  assert table1[1] == table2[1]  # shaw
+  assert render.colours(["shaw,steps=8000", "sinusoidal,steps=8000"]) == table1[1::-1]  # a pilot's runs: their cells'
+  for names in (list(render.CELLS), ["shaw,steps=4000", "shaw,steps=8000"], ["new", "shaw", "other"]):
+    assert len(set(render.colours(names))) == len(names), names  # distinct within a plot, unknown names included
