@@ -68,8 +68,8 @@ def natural_key(text: str) -> tuple:
 
 
 def flatten(config: dict) -> dict:
-  """A run config flat by leaf name: ``model.d_model`` -> ``d_model``, ``model.shaw.max_distance``
-  -> ``max_distance``; a model key whose name the top level also has keeps its prefix (``model.max_length``)."""
+  """A run config flat by leaf name: ``model.d_model`` -> ``d_model``, ``model.shaw.use_keys``
+  -> ``use_keys``; a model key whose name the top level also has keeps its prefix (``model.max_length``)."""
   out = {k: v for k, v in config.items() if not isinstance(v, dict)}
   for key, value in config.items():
     if isinstance(value, dict):

@@ -50,12 +50,9 @@ def parameters(model, vocab_size: int) -> int:
 
 
 def _tables(options, heads: int, head_dim: int) -> int:
-  """The parameters of a relative scheme's tables: (2k + 1) x head_dim per head (or shared) and per term."""
-  k = getattr(options, "max_distance", None)
-  if not isinstance(k, int):
-    return 0
-  terms = int(getattr(options, "use_keys", True)) + int(getattr(options, "use_values", True))
-  return (2 * k + 1) * head_dim * (1 if getattr(options, "share_heads", False) else heads) * terms
+  """The parameters of a scheme's per-layer tables, as its options count them (Shaw's); 0 for the others."""
+  count = getattr(options, "table_parameters", None)
+  return count(heads, head_dim) if count else 0
 
 
 def activations(config) -> int:

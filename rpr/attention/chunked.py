@@ -56,7 +56,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rpr.attention import relative as rel
 from rpr.attention.chunked_kernel import Config, Inputs, attention_core
 from rpr.attention.chunked_plan import BAND, LEFT, RIGHT, Corner, Plan, band_plan  # noqa: F401 (public names)
 from rpr.attention.dense import MaskLike, as_mask, check_qkv
@@ -114,8 +113,8 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
     if relative.ids is not None:
       raise ValueError("chunked_attention supports clipped relative distances only; explicit relation ids "
                        "(Relative.ids) need implementation='dense'")
-    relative.check(h, d)
-    max_distance = rel.check_max_distance(relative.max_distance)
+    relative.check(h, d)  # checks the clipping distance too
+    max_distance = int(relative.max_distance)
     if isinstance(relative.offset, (int, np.integer)) and not isinstance(relative.offset, bool):
       static_offset = int(relative.offset)  # fixes the band's diagonals (the training case)
 

@@ -37,6 +37,11 @@ class Shaw(Scheme):
         raise ValueError(f"shaw option max_distance = {k!r} is not allowed; allowed: an int >= 0 and <= "
                          f"{MAX_DISTANCE}")
 
+    def table_parameters(self, num_heads: int, head_dim: int) -> int:
+      """The parameters of one layer's tables: 2k + 1 rows of ``head_dim`` per term on, per head (or shared)."""
+      terms = int(self.use_keys) + int(self.use_values)
+      return (2 * self.max_distance + 1) * head_dim * (1 if self.share_heads else num_heads) * terms
+
   def embed(self, x: Array, offset=0) -> Array:
     return add_sinusoid(x, offset) if self.options.add_sinusoidal else x
 
