@@ -127,7 +127,7 @@ TYPED_BAD = [
     ("dataset", ["copy"], r"config.dataset: unknown data set \['copy'\]; allowed: \[.*'copy'"),
     ("optimizer", ["adam"], r"config.optimizer = \['adam'\] is not allowed; allowed: \['adam', 'adamw'\]"),
     ("model.position", ["shaw"], r"config.model.position = \['shaw'\] is not allowed; allowed: \[.*'shaw'"),
-    ("model", 5, r"config.model = 5 is not allowed; allowed: a dict of rpr.model.ModelConfig's fields"),
+    ("model", 5, r"config.model = 5 is not allowed; allowed: a dict of rpr.model_config.ModelConfig's fields"),
     ("model.shaw", 5, r"config.model.shaw = 5 is not allowed; allowed: a dict of shaw's options \['add_sinusoidal', "
                       r"'max_distance'"),
     ("learning_rate", 10 ** 400, r"config.learning_rate = 10{400} is not allowed; allowed: a number > 0.0 and finite"),
