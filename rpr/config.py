@@ -211,13 +211,15 @@ def validate(config: RunConfig) -> RunConfig:
   """Raises ``ValueError`` naming the first bad key of ``config`` and what it allows; returns ``config``.
 
   The one validation of a run: each section's fields against their declarations, each section's own rules,
-  then the rules between sections.
+  then the rules between sections; then the model's notes, once (after every check, so that an error is the only
+  line).
   """
   fields.check(config.data)
-  config.model.validate()
+  config.model.validate(notes=False)
   for section in (config.optim, config.eval, config.budget):
     fields.check(section)
   config.check()
+  config.model.log_notes()
   return config
 
 

@@ -18,6 +18,7 @@ import dataclasses
 from typing import Any, Optional
 
 import jax.numpy as jnp
+from absl import logging
 
 from rpr.attention import layer as attention_layer
 from rpr.attention import positions
@@ -120,13 +121,18 @@ class ModelConfig:
       d[key] = dataclasses.asdict(d[key]) if dataclasses.is_dataclass(d[key]) else d[key]
     return d
 
-  def validate(self) -> "ModelConfig":
+  def validate(self, notes: bool = True) -> "ModelConfig":
     """Raises ``ValueError`` naming the bad key and what is allowed; returns ``self``.
 
-    The fields' declarations (:func:`rpr.fields.check`), then the rules between fields. The run's
-    :func:`rpr.config.validate` calls it once; a model built from an unchecked config is not checked again.
+    The fields' declarations (:func:`rpr.fields.check`), then the rules between fields, then (``notes``) the
+    notes on valid values that may not do what they seem to (:meth:`log_notes`). The run's
+    :func:`rpr.config.validate` calls it once, with ``notes=False``: it logs them once the whole tree has passed,
+    so that a bad value elsewhere is still the only line. A model built from an unchecked config is not checked
+    again.
     """
     check(self, "model.", skip=("position", "cross_position"))
+    if notes:
+      self.log_notes()
     return self
 
   def check(self) -> None:
@@ -142,6 +148,23 @@ class ModelConfig:
         positions.parse_options(name, getattr(self, key), self.head_dim)
       except ValueError as e:
         raise ValueError(f"config.model.{key}: {e}") from None
+
+  def log_notes(self) -> None:
+    """A log line for each valid value that may not do what it seems to. One so far: Shaw's clipping distance k
+    not below ``max_length``. The distances of sequences up to ``max_length`` reach ``max_length - 1`` at most, so
+    such a k clips none and its outer table rows are never trained. The k is kept as given (a committed sweep,
+    table2_cpu, trains k = 64 there); the note says what it does. A run config gives self- and cross-attention
+    the same ``model.shaw``: one k, one note."""
+    schemes = ((self.position, "position_options"), (self.cross_position, "cross_position_options"))
+    shaw = {key: getattr(self, key) for name, key in schemes if name == "shaw"}
+    far = {key: o.max_distance for key, o in shaw.items()
+           if o.max_distance >= self.max_length and (o.use_keys or o.use_values)}  # without tables k does nothing
+    for k in sorted(set(far.values())):
+      named = " and ".join(key for key, distance in far.items() if distance == k)
+      logging.info("Note: Shaw's clipping distance max_distance = %d (model.shaw; ModelConfig.%s) is not below the "
+                   "longest sequence, model.max_length = %d: it clips no distance, so it acts as %d (max_length - "
+                   "1), and %d of the %d rows of each relative table are never trained.", k, named, self.max_length,
+                   self.max_length - 1, 2 * (k - self.max_length + 1), 2 * k + 1)
 
 
 def cross_schemes() -> list[str]:
