@@ -1,6 +1,6 @@
 """The base config every experiment starts from, every key commented, and the one variant parser.
 
-Keys are flat except ``model``, which holds :class:`rpr.model.ModelConfig`'s
+Keys are flat except ``model``, which holds :class:`rpr.model_config.ModelConfig`'s
 fields by name, and beside them one dict per position scheme with options:
 ``model.<scheme>`` holds the fields of that scheme's ``Options`` dataclass
 (rpr/attention/positions/<scheme>.py), which is where their defaults and meanings
@@ -88,7 +88,7 @@ def get_config() -> ml_collections.ConfigDict:
 
 
 def _model() -> ml_collections.ConfigDict:
-  """``config.model``: rpr.model.ModelConfig's fields (vocab_size comes from the data set)."""
+  """``config.model``: rpr.model_config.ModelConfig's fields (vocab_size comes from the data set)."""
   m = ml_collections.ConfigDict()
   m.d_model = 64  # model width
   m.num_heads = 4  # attention heads, must divide d_model

@@ -13,7 +13,7 @@ newstest2013 (``validation``; Tables 2-3) and newstest2014 (``test``; Table 1).
 
 Variants: comma-separated words after the file name.
 
-* ``model=base|big`` (default base): ``rpr.model.PRESETS`` (big: d_model
+* ``model=base|big`` (default base): ``rpr.model_config.PRESETS`` (big: d_model
   1024, 16 heads, d_ff 4096, dropout 0.3, k = 8, tables shared across heads).
 * ``pe=relative|absolute`` (default relative): Shaw attention without absolute
   encodings, or sinusoidal encodings and plain attention.
@@ -57,7 +57,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from configs import base
-from rpr import model as model_lib
+from rpr import model_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +132,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
 
   # Model: the preset (base: k = 16; big: k = 8 and tables shared across heads), relative (Shaw) or
   # absolute (sinusoidal) positions; encoder-decoder attention stays plain (Shaw et al.).
-  preset = model_lib.PRESETS[model]
+  preset = model_config.PRESETS[model]
   for key, value in preset.items():
     if key == "position_options":
       c.model.shaw.update(value)
@@ -196,7 +196,7 @@ def _check_variant(variant: str, flags: set, settings: dict) -> None:
 
 def _tiny(c: ml_collections.ConfigDict, settings: dict) -> None:
   """The tiny variant: TFDS mock data, a 300-piece vocabulary, 1+1 layers, 4 steps (offline, seconds)."""
-  tiny = model_lib.PRESETS["tiny"]
+  tiny = model_config.PRESETS["tiny"]
   for key in ("d_model", "num_heads", "d_ff", "dropout_rate"):
     c.model[key] = tiny[key]
   if "k" not in settings:

@@ -3,7 +3,7 @@ the restored (or initialised) state, the compiled steps and decoders, and the re
 
 Each piece is made from the section of :class:`rpr.config.RunConfig` that
 describes it: the task from :class:`~rpr.config.Data`, the model from
-:class:`~rpr.model.ModelConfig`, the optimizer from :class:`~rpr.config.Optim`,
+:class:`~rpr.model_config.ModelConfig`, the optimizer from :class:`~rpr.config.Optim`,
 the checkpoints and the loop's schedule from :class:`~rpr.config.Budget`, the
 evaluation and its decoders from :class:`~rpr.config.Eval`. :class:`Run`
 hands the loop (:mod:`rpr.loop`) the pieces, built: the compiled steps, the
@@ -31,7 +31,8 @@ from rpr import record
 from rpr import records
 from rpr import sharding
 from rpr.config import Budget, ConfigError, RunConfig
-from rpr.model import ModelConfig, build
+from rpr.model import build
+from rpr.model_config import ModelConfig
 from rpr.steps import TrainState, eval_step, init_state, train_step
 
 

@@ -7,7 +7,7 @@ residual connection with dropout and layer normalisation, either
 * pre-LN: ``x = x + Dropout(Sublayer(LayerNorm(x)))`` (the stack then ends
   with a final LayerNorm, see :mod:`rpr.model`).
 
-The blocks read every hyper-parameter from a :class:`rpr.model.ModelConfig`
+The blocks read every hyper-parameter from a :class:`rpr.model_config.ModelConfig`
 (imported by the model, not here: blocks sit below it).
 """
 

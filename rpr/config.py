@@ -7,7 +7,7 @@ file and its ``--config.<key>`` flags into a :class:`RunConfig`, and
 :class:`ConfigError` of one line naming the key, the value and what is
 allowed. Below ``run.py`` and the sweep runner nothing takes a ConfigDict:
 :mod:`rpr.train` takes the tree, and each part of the engine the section it
-reads (:class:`Data` for the data set, :class:`~rpr.model.ModelConfig`,
+reads (:class:`Data` for the data set, :class:`~rpr.model_config.ModelConfig`,
 :class:`Optim`, :class:`Eval`, :class:`Budget`).
 
 The user-facing names stay those of ``configs/base.py``: keys are flat but
@@ -30,7 +30,7 @@ from rpr import plateau
 from rpr.attention import positions
 from rpr.data import synthetic
 from rpr.fields import refuse, setting
-from rpr.model import ModelConfig
+from rpr.model_config import ModelConfig
 
 DECODE_METHODS = ("greedy", "beam")
 # Bounds that stop a huge value in one line before any allocation (issue 71).
@@ -211,13 +211,15 @@ def validate(config: RunConfig) -> RunConfig:
   """Raises ``ValueError`` naming the first bad key of ``config`` and what it allows; returns ``config``.
 
   The one validation of a run: each section's fields against their declarations, each section's own rules,
-  then the rules between sections.
+  then the rules between sections; then the model's notes, once (after every check, so that an error is the only
+  line).
   """
   fields.check(config.data)
-  config.model.validate()
+  config.model.validate(notes=False)
   for section in (config.optim, config.eval, config.budget):
     fields.check(section)
   config.check()
+  config.model.log_notes()
   return config
 
 
@@ -241,7 +243,7 @@ def _pick(cls, values: Mapping) -> dict:
 def _model(values) -> ModelConfig:
   """``config.model``: ModelConfig's fields by name, and one dict of options per scheme (``model.shaw``)."""
   if not isinstance(values, Mapping):
-    refuse("model", values, "a dict of rpr.model.ModelConfig's fields (configs/base.py)")
+    refuse("model", values, "a dict of rpr.model_config.ModelConfig's fields (configs/base.py)")
   values = dict(values)
   options = {name: values.pop(name) for name in list(values) if name in positions.SCHEMES}
   for name, given in options.items():

@@ -37,7 +37,7 @@ def machine_bytes() -> Optional[int]:
 
 
 def parameters(model, vocab_size: int) -> int:
-  """A lower bound of the parameter count of ``model`` (a :class:`rpr.model.ModelConfig`) over ``vocab_size``."""
+  """A lower bound of the parameter count of ``model`` (a :class:`rpr.model_config.ModelConfig`) over ``vocab_size``."""
   d, f = model.d_model, model.d_ff
   attention, feed_forward = 4 * d * d, 2 * d * f
   tables = _tables(model.position_options, model.num_heads, model.head_dim)

@@ -13,8 +13,9 @@ turn the abort into a line. Hence two parts:
   how long a survivor waits;
 - :func:`supervise` runs the process's work as a child (the same command) and relays its stderr. When the child
   is aborted by the coordination service, the parent drops the abort's report and says instead, in one line and
-  with exit status 2, which process stopped responding and at which step (the child's last logged one), and
-  that the same command resumes from the last checkpoint.
+  with exit status 2, which process stopped responding (process 0, "the coordinator", when the service itself
+  is gone) and at which step (the child's last logged one), and that the same command resumes from the last
+  checkpoint.
 
 A survivor that meets the dead peer as an error first (a failed collective, or a save whose barrier failed)
 waits for the verdict before it reports that error (:func:`settle`), so that it does not blame a save for a dead
@@ -40,6 +41,7 @@ _COORDINATION = re.compile(r"^[EW]\d{4} \S+ +\d+ (coordination_service|coordinat
                            r"preemption_sync_manager|client)\.")
 _LOG_LINE = re.compile(r"^[IWEF]\d{4} ")
 _STEP = re.compile(r"\] step (\d+)/\d+: |Resumed from the checkpoint of step (\d+)|Stopped by signal after step (\d+)")
+_PROCESS = re.compile(r"\] JAX process (\d+) of (\d+), ")  # run.py's line once the runtime is up
 
 
 def initialize(coordinator_address: Optional[str], num_processes: Optional[int], process_id: Optional[int]) -> None:
@@ -110,11 +112,15 @@ class Relay:
     self.held: list[str] = []  # coordination lines and their continuation lines, not passed on yet
     self.report: list[str] = []  # the abort's report, from its first line on
     self.step: Optional[int] = None  # the child's last logged step
+    self.process: Optional[tuple[int, int]] = None  # (index, count) the child logged: they may be detected
 
   def line(self, text: str) -> None:
     found = _STEP.search(text)
     if found:
       self.step = int(next(g for g in found.groups() if g is not None))
+    found = _PROCESS.search(text)
+    if found:
+      self.process = int(found.group(1)), int(found.group(2))
     if self.report or _ABORT.match(text):
       self.report.append(text)
     elif _COORDINATION.match(text) or (self.held and not _LOG_LINE.match(text) and not text.startswith("run.py:")):
@@ -135,14 +141,23 @@ class Relay:
       self.out.writelines(self.report)
       self.out.flush()
       return None
+    if self.process is not None:  # --process_id and --num_processes may be left to JAX to detect
+      process_id = self.process[0] if process_id is None else process_id
+      num_processes = num_processes or self.process[1]
     said = "".join(self.held + self.report)
     named = re.search(r"unhealthy \(stopped sending heartbeats\):\s*((?:\d+[\s,]*)+)", said)
     dead = [int(n) for n in re.findall(r"\d+", named.group(1))] if named else []
     if not dead and process_id not in (None, 0):
-      dead = [0]  # the coordinator: this process lost its connection to the service it runs
+      # The service names the tasks whose heartbeats stopped; it names none when it is itself gone. It runs in
+      # process 0 (jax.distributed's coordinator), and a process that loses it is aborted at once ("Failed to
+      # send RPC to coordination service ... the leader task was preempted/died/restarted unexpectedly or this
+      # task is experiencing network issues"): process 0 stopped responding, to this process at least.
+      dead = [0]
     total = f" of {num_processes}" if num_processes else ""
-    who = (f"process {dead[0]}{total}" if len(dead) == 1 else
-           f"processes {', '.join(map(str, dead))}{total}" if dead else "another process")
+    if len(dead) == 1:
+      who = f"process {dead[0]}{total}" + (" (the coordinator)" if dead[0] == 0 else "")
+    else:
+      who = f"processes {', '.join(map(str, dead))}{total}" if dead else "another process"
     at = f"at step {self.step}" if self.step is not None else "before its first step"
     return (f"{who} stopped responding {at}, so this one stopped too; "
             "resume with the same command (it goes on from the last checkpoint)")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import jax
 
 from rpr import decode
-from rpr.model import ModelConfig, build, init_cache
+from rpr.model import build, init_cache
+from rpr.model_config import ModelConfig
 
 Array = jax.Array
 

@@ -21,7 +21,7 @@ from rpr import provenance
 from rpr import records
 from rpr.attention import positions
 from rpr.config import ConfigError, RunConfig
-from rpr.model import ModelConfig
+from rpr.model_config import ModelConfig
 
 # Keys a resumed run may change: how far it trains, how often it logs, evaluates and saves, and how it
 # evaluates. The updates stay those of a straight run, except num_train_steps under the cosine schedule or a

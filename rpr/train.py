@@ -40,7 +40,8 @@ from rpr import writers
 from rpr.config import RunConfig
 from rpr.evaluation import decode_limits, evaluate  # noqa: F401 (re-exported)
 from rpr.loop import NonFiniteError  # noqa: F401 (re-exported: run.py reports it in one line)
-from rpr.model import ModelConfig, build  # noqa: F401 (re-exported)
+from rpr.model import build  # noqa: F401 (re-exported)
+from rpr.model_config import ModelConfig  # noqa: F401 (re-exported)
 from rpr.sharding import host_batch, make_mesh, pad_rows, shard_batch  # noqa: F401 (re-exported)
 from rpr.steps import TrainState, eval_step, init_state, train_step  # noqa: F401 (re-exported)
 

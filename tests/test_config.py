@@ -127,7 +127,7 @@ TYPED_BAD = [
     ("dataset", ["copy"], r"config.dataset: unknown data set \['copy'\]; allowed: \[.*'copy'"),
     ("optimizer", ["adam"], r"config.optimizer = \['adam'\] is not allowed; allowed: \['adam', 'adamw'\]"),
     ("model.position", ["shaw"], r"config.model.position = \['shaw'\] is not allowed; allowed: \[.*'shaw'"),
-    ("model", 5, r"config.model = 5 is not allowed; allowed: a dict of rpr.model.ModelConfig's fields"),
+    ("model", 5, r"config.model = 5 is not allowed; allowed: a dict of rpr.model_config.ModelConfig's fields"),
     ("model.shaw", 5, r"config.model.shaw = 5 is not allowed; allowed: a dict of shaw's options \['add_sinusoidal', "
                       r"'max_distance'"),
     ("learning_rate", 10 ** 400, r"config.learning_rate = 10{400} is not allowed; allowed: a number > 0.0 and finite"),
@@ -217,21 +217,43 @@ def test_each_data_set_reads_its_own_typed_section():
     validate(tiny_config(batch_size=None))
 
 
-def test_validation_runs_once_per_run(tmp_path, monkeypatch):
-  # run.py's and the sweep runner's parse, then train_and_evaluate: the tree is checked once, the model with it.
+def test_validation_runs_once_per_run(tmp_path, monkeypatch, caplog):
+  # run.py's and the sweep runner's parse, then train_and_evaluate: the tree is checked once, the model with it,
+  # and so a note of the model's validation is said once a run (here k = 64 = model.max_length clips nothing).
+  import logging
+
   from rpr import model as model_lib
+  from tests.test_model_config import notes
   from tests.test_train import FAST
 
   calls = {"run": 0, "model": 0}
   run_validate, model_validate = rpr_config.validate, model_lib.ModelConfig.validate
 
   def counted(name, fn):
-    def wrapper(*args):
+    def wrapper(*args, **kwargs):
       calls[name] += 1
-      return fn(*args)
+      return fn(*args, **kwargs)
     return wrapper
 
   monkeypatch.setattr(rpr_config, "validate", counted("run", run_validate))
   monkeypatch.setattr(model_lib.ModelConfig, "validate", counted("model", model_validate))
-  out = train_run(tiny_config(**dict(FAST, num_train_steps=2)), str(tmp_path))
+  config = tiny_config(**dict(FAST, num_train_steps=2, model={**FAST["model"], "shaw": {"max_distance": 64}}))
+  with caplog.at_level(logging.INFO):
+    out = train_run(config, str(tmp_path))
   assert out["step"] == 2 and calls == {"run": 1, "model": 1}
+  said = notes(caplog)
+  assert len(said) == 1 and "max_distance = 64" in said[0] and "acts as 63 (max_length - 1)" in said[0], said
+
+
+def test_the_model_s_note_waits_for_the_whole_tree_so_that_an_error_is_the_only_line(caplog):
+  import logging
+
+  from tests.test_model_config import notes
+
+  far = {"shaw": {"max_distance": 64}}  # k = 64 = model.max_length: a note once the tree is valid
+  with caplog.at_level(logging.INFO):
+    with pytest.raises(ConfigError, match=r"config.average_last = 5 is not allowed"):
+      validate(tiny_config(model=far, average_last=5))  # a rule between sections, checked after the model's
+    assert notes(caplog) == []
+    validate(tiny_config(model=far))
+  assert len(notes(caplog)) == 1

@@ -12,7 +12,7 @@ RPR = pathlib.Path(__file__).resolve().parents[1] / "rpr"
 LEVELS = {
     "rpr": 0, "rpr.attention": 0, "rpr.tokens": 0, "rpr.failures": 0, "rpr.fields": 0,
     "rpr.blocks": 1, "rpr.decode": 1, "rpr.metrics": 1, "rpr.data": 1, "rpr.optim": 1, "rpr.checkpoint": 1,
-    "rpr.records": 1, "rpr.sharding": 1, "rpr.plateau": 1,
+    "rpr.records": 1, "rpr.sharding": 1, "rpr.plateau": 1, "rpr.model_config": 1,
     "rpr.model": 2, "rpr.workdir": 2, "rpr.writers": 2,
     "rpr.predict": 3, "rpr.config": 3, "rpr.evaluation": 3, "rpr.steps": 3,
     "rpr.record": 4,  # config.json: reads rpr.config's tree

@@ -1,7 +1,5 @@
-"""Transformer (rpr.model, built from rpr.blocks): cached decoding equals the full pass, masks, parameter counts,
-config checks."""
-
-import dataclasses
+"""Transformer (rpr.model, built from rpr.blocks): cached decoding equals the full pass, masks, parameter counts
+(the config's own checks: tests/test_model_config.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -200,9 +198,6 @@ def expected_parameters(c: model.ModelConfig) -> int:
   return emb + c.num_encoder_layers * enc + c.num_decoder_layers * dec + final
 
 
-
-
-
 def test_tiny_parameter_count_is_pinned():
   c = model.preset("tiny")
   # vocab 16, d 32, d_ff 64, 2 heads of 16, k 8 (17 rows), 2 + 2 layers:
@@ -245,40 +240,6 @@ def test_attention_weights_are_sown():
   assert float(w[0, :, :5, 5:].max()) < 1e-6  # no weight on PAD keys
   cross = state["intermediates"]["decoder"]["layer_0"]["cross_attention"]["attention_weights"][0]
   assert cross.shape == (2, 2, 6, 7)
-
-
-@pytest.mark.parametrize("overrides, match", [
-    (dict(position="relative"), r"position = 'relative'.*allowed: \['alibi'"),
-    (dict(cross_position="sinusoidal"), r"cross_position.*allowed"),
-    (dict(num_heads=3), r"num_heads = 3.*divisor of d_model = 32"),
-    (dict(position_options={"max_distance": -1}), r"max_distance.*>= 0"),
-    (dict(position_options={"max_distanse": 4}), r"model.position_options: shaw has no option 'max_distanse'"),
-    (dict(position="t5", position_options={"max_distance": 4}), r"t5 has no option 'max_distance'"),
-    (dict(dropout_rate=1.5), r"dropout_rate = 1.5 .*>= 0.0 and < 1.0"),
-    (dict(num_decoder_layers=0), r"num_decoder_layers = 0.*>= 1"),
-    (dict(d_model=30, num_heads=10, position="rope"), r"rope.*even head_dim"),
-    (dict(dtype="int32"), r"dtype"),
-    (dict(vocab_size=2), r"vocab_size.*PAD, BOS, EOS"),
-    (dict(d_modle=64), r"unknown ModelConfig key.*d_modle.*allowed"),
-    (dict(attention_implementation="flash"), r"attention_implementation = 'flash'.*\['chunked', 'dense'\]"),
-])
-def test_bad_configs_raise_clearly(overrides, match):
-  with pytest.raises(ValueError, match=match):
-    model.preset("tiny", **overrides)
-
-
-def test_unknown_preset_lists_names():
-  with pytest.raises(ValueError, match=r"unknown model preset 'small'.*\['tiny', 'base', 'big'\]"):
-    model.preset("small")
-
-
-def test_config_is_frozen_and_variants_derive():
-  c = model.preset("tiny")
-  with pytest.raises(dataclasses.FrozenInstanceError):
-    c.d_model = 64
-  d = c.replace(decode=True, deterministic=True)
-  assert d.decode and d.deterministic and not c.decode and hash(d) != hash(c)
-  assert c.to_dict()["position_options"]["max_distance"] == 8
 
 
 def test_greedy_generation_matches_full_pass_argmax():

@@ -31,14 +31,27 @@ errors. absl::Status: UNAVAILABLE: The following tasks are unhealthy (stopped se
 Fatal Python error: Aborted
 """
 STEPS = "I1129 12:00:00.515414 1400 loop.py:161] step 20/100: loss 1.6936\nI1129 12:00:01.1 1400 other.py:1] done\n"
+# What process 1 says when process 0, and the coordination service with it, is gone (jaxlib 0.10.2): no task named.
+LOST = """\
+E1201 23:08:32.870013   26013 coordination_service_agent.cc:289] Polled an error from coordination service (this \
+can be an error from this or another task).
+F1201 23:08:32.870185   26013 client.h:80] Terminating process because the JAX distributed service detected fatal \
+errors. This most likely indicates that another task died; see the other task logs for more details. absl::Status: \
+UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted \
+unexpectedly or this task is experiencing network issues.
+:UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"recvmsg:Connection reset by peer"}
+*** Check failure stack trace: ***
+Fatal Python error: Aborted
+"""
+PROCESS_1 = "I1201 23:07:38.8 1400 run.py:236] JAX process 1 of 2, 1 local / 2 global devices (cpu).\n"
 
 
-def relayed(text, status, process_id=0):
+def relayed(text, status, process_id=0, num_processes=2):
   out = io.StringIO()
   relay = peers.Relay(out)
   for line in text.splitlines(keepends=True):
     relay.line(line)
-  line = relay.end(status, process_id, 2)
+  line = relay.end(status, process_id, num_processes)
   return out.getvalue(), line
 
 
@@ -46,9 +59,14 @@ def test_the_relay_names_the_dead_peer_of_an_abort_and_drops_its_report():
   out, line = relayed(STEPS + ABORT, -signal.SIGABRT)
   assert out == STEPS and line.startswith("process 1 of 2 stopped responding at step 20, so this one stopped too; "
                                           "resume with the same command")
-  lost = ABORT.replace("The following tasks are unhealthy (stopped sending heartbeats):\n1", "Socket closed")
-  assert relayed(lost, -signal.SIGABRT, process_id=1)[1].startswith("process 0 of 2 stopped responding before its "
-                                                                    "first step")  # the coordinator
+  # The coordinator gone: named as process 0 by a process that knows its own index, from --process_id or from
+  # run.py's log line when JAX detected it; a process that knows neither cannot tell which one died.
+  coordinator = "process 0 of 2 (the coordinator) stopped responding "
+  assert relayed(LOST, -signal.SIGABRT, process_id=1)[1].startswith(coordinator + "before its first step, so ")
+  out, line = relayed(PROCESS_1 + STEPS + LOST, -signal.SIGABRT, process_id=None, num_processes=None)
+  assert out == PROCESS_1 + STEPS and line.startswith(coordinator + "at step 20, so this one stopped too; ")
+  assert relayed(STEPS + LOST, -signal.SIGABRT, process_id=None)[1].startswith("another process stopped responding "
+                                                                               "at step 20")
   # Not aborted: the coordination service's lines are passed on, held back only until the child ends.
   out, line = relayed(ABORT.splitlines(keepends=True)[0] + "1\n" + STEPS, 0)
   assert line is None and out == ABORT.splitlines(keepends=True)[0] + "1\n" + STEPS
@@ -97,8 +115,8 @@ def test_a_dead_peer_is_named_in_one_line_within_30_s_and_the_run_resumes(tmp_pa
     err = logs[1 - victim].read_text()
     proc = subprocess.CompletedProcess([], status, "", err)
     line = one_error_line(proc)  # exit status 2, one line, no traceback
-    assert seconds < 30 and line.startswith(f"run.py: error: process {victim} of 2 stopped responding at step "), \
-        (seconds, line)
+    who = "process 0 of 2 (the coordinator)" if victim == 0 else "process 1 of 2"
+    assert seconds < 30 and line.startswith(f"run.py: error: {who} stopped responding at step "), (seconds, line)
     assert line.endswith("resume with the same command (it goes on from the last checkpoint)")
     for noise in ("could not save", "Fatal Python error", "Terminating process", "Check failure"):
       assert noise not in err, err[-3000:]
