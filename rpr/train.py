@@ -65,7 +65,6 @@ def train_and_evaluate(config: RunConfig, workdir: str, allow_config_change=(), 
   t0, environment = time.time(), provenance.environment()
   with stop.handle_signals(), (workdir_lib.lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()):
     record.check_resume(config, workdir, allow_config_change, trust_checkpoints=trust_checkpoints)
-    workdir_lib.refuse_finished_without_checkpoint(workdir, config.budget.num_train_steps)
     run = assemble.prepare(config, workdir, mesh, restore_unverified)
     first = int(run.state.step)
     # This process's span, committed with the records (processes.jsonl): after each save, and at its end,

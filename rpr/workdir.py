@@ -94,20 +94,6 @@ def checkpoint_steps(workdir: str) -> list[int]:
   return sorted((int(n) for n in os.listdir(path) if n.isdigit()), reverse=True) if os.path.isdir(path) else []
 
 
-def refuse_finished_without_checkpoint(workdir: str, num_train_steps: int) -> None:
-  """:class:`Unusable` if ``metrics.jsonl`` records a finished run (to ``num_train_steps``, or to where a plateau
-  rule stopped it) and ``checkpoints/`` holds no step: a fresh clone of committed results, or checkpoints deleted
-  to save disk. Training would start over and set its records aside; that is the user's call, not a rerun's.
-  """
-  if checkpoint_steps(workdir):
-    return
-  last, plateau = records.last_step(os.path.join(workdir, "metrics.jsonl"))
-  if plateau or last >= num_train_steps > 0:
-    raise Unusable(f"--workdir {workdir!r} holds a finished run (metrics.jsonl to step {last}) but no checkpoint, "
-                   "so there is nothing to resume; allowed: a new --workdir, or move metrics.jsonl away to train "
-                   "it again from step 0")
-
-
 def set_aside_unresumable(workdir: str) -> None:
   """At the end of a process: if ``checkpoints/`` holds no step (every save failed, or none was due before an
   error), ``metrics.jsonl`` is set aside (:func:`rpr.records.set_aside`) as the next run would set it aside, so
