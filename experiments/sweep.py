@@ -77,9 +77,10 @@ def _records(workdir: str) -> list[dict]:
 
 def _plateau_status(records: Sequence[dict], config) -> str:
   """For a run with a plateau rule: its metric's latest value and the rule's gain there, beside what stops it."""
+  from rpr import config as rpr_config
   from rpr import plateau
 
-  rule = plateau.Rule.from_config(config)
+  rule = rpr_config.Budget(**{k: config[k] for k in rpr_config.PLATEAU_KEYS}).plateau_rule()
   if rule is None or not records:
     return ""
   curve = plateau.curve(records, rule.metric)

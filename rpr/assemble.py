@@ -100,7 +100,7 @@ def prepare(config: RunConfig, workdir: str, mesh: Mesh, restore_unverified: boo
   evaluator = evaluation.Evaluation(config.eval, workdir, task, mesh, eval_fn, predict_fn, final_predict_fn,
                                     model_config.max_length, ckpt, abstract)
   kept = records.continued(os.path.join(workdir, "metrics.jsonl"), int(state.step))
-  rule = plateau.Rule.from_config(config.budget)
+  rule = config.budget.plateau_rule()
   batch = functools.partial(sharding.host_batch, task, mesh=mesh)
   return Run(workdir, config.budget, rule, recorded, task, model_config, state, ckpt, step_fn, batch, evaluator,
              kept)

@@ -128,6 +128,14 @@ class Budget:
   plateau_min_gain: float = setting(0.0, float, lo=0.0)
   plateau_smoothing: int = setting(1, int, lo=1)
 
+  def plateau_rule(self) -> Optional[plateau.Rule]:
+    """The :class:`rpr.plateau.Rule` that the ``plateau_*`` keys set; None without ``plateau_metric`` (train to
+    ``num_train_steps``)."""
+    if self.plateau_metric is None:
+      return None
+    return plateau.Rule(self.plateau_metric, self.plateau_min_steps, self.plateau_window, self.plateau_min_gain,
+                        self.plateau_smoothing)
+
 
 SECTIONS = {"data": Data, "optim": Optim, "eval": Eval, "budget": Budget}
 ENGINE_KEYS = (*(k for cls in SECTIONS.values() for k in fields.names(cls)), "model")

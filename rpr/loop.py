@@ -91,7 +91,7 @@ def _finish_at_plateau(run: Run, writer, step: int) -> dict[str, float]:
     run.ckpt.save(step, run.state, force=True)
   run.ckpt.wait()
   logging.info("Plateau reached at step %d (config.plateau_metric %s): the final evaluation.", step,
-               run.budget.plateau_metric)
+               run.rule.metric)
   t0 = time.time()
   results = {**run.evaluation.final(run.state.params, step), "plateau/reached": 1.0}
   writer.write_scalars(step, results)

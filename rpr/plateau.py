@@ -8,7 +8,9 @@ for a metric where lower is better (loss, perplexity). The rule holds at
 
 The config keys ``plateau_metric`` (None: train to ``num_train_steps``),
 ``plateau_min_steps``, ``plateau_window``, ``plateau_min_gain`` and
-``plateau_smoothing`` set it (configs/base.py).
+``plateau_smoothing`` set it (configs/base.py); the run config's budget
+section builds it (:meth:`rpr.config.Budget.plateau_rule`), so this module
+knows the rule, not the config.
 """
 
 from __future__ import annotations
@@ -38,14 +40,6 @@ class Rule:
   window: float  # the fraction of the steps the gain is measured over, in (0, 1)
   min_gain: float  # stop when the smoothed metric gained less than this over the window
   smoothing: int = 1  # evaluations averaged into one smoothed value
-
-  @classmethod
-  def from_config(cls, config) -> Optional["Rule"]:
-    """The rule of the run's :class:`rpr.config.Budget` ``config``; None without ``plateau_metric``."""
-    if config.plateau_metric is None:
-      return None
-    return cls(config.plateau_metric, config.plateau_min_steps, config.plateau_window, config.plateau_min_gain,
-               config.plateau_smoothing)
 
   def smoothed(self, curve: Sequence[tuple[int, float]], step: float) -> Optional[float]:
     """Mean of the ``smoothing`` latest values at steps <= ``step``; None when there are fewer."""

@@ -19,6 +19,7 @@ from absl import logging
 from rpr import config as config_lib
 from rpr import provenance
 from rpr import records
+from rpr import workdir as workdir_lib
 from rpr.attention import positions
 from rpr.config import ConfigError, RunConfig
 from rpr.model_config import ModelConfig
@@ -115,7 +116,8 @@ def _flat(tree: dict, prefix: str = "") -> dict:
 
 def check_resume(config: RunConfig, workdir: str, allow_changes=(), quiet: bool = False,
                  trust_checkpoints: bool = False) -> None:
-  """Refuses to go on in ``workdir`` with a config that differs from its ``config.json`` in an unsafe key.
+  """Refuses to go on in ``workdir`` with a config that differs from its ``config.json`` in an unsafe key, or from
+  a history that cannot be resumed.
 
   Every start compares the config with ``config.json`` when there is one,
   whether or not a checkpoint was saved yet, both read into the typed tree.
@@ -124,14 +126,16 @@ def check_resume(config: RunConfig, workdir: str, allow_changes=(), quiet: bool 
   one line naming each key, its old and its new value. A workdir with
   checkpoints or metrics but no ``config.json`` is refused unless
   ``trust_checkpoints`` (the user confirms that this config trained them).
+  A workdir whose ``metrics.jsonl`` records a finished run (to ``num_train_steps``, or to where a plateau rule
+  stopped it) but whose ``checkpoints/`` holds no step (a fresh clone of committed results, or checkpoints
+  deleted to save disk) is refused with :class:`rpr.workdir.Unusable`: training would start over and set its
+  records aside, and that is the user's call, not a rerun's.
   A change of the recorded environment (:func:`rpr.provenance.environment`) is logged.
   ``quiet``: nothing is logged.
   """
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f"--workdir {workdir!r} is a file; allowed: a directory (created if missing)")
-  path, checkpoints = os.path.join(workdir, "config.json"), os.path.join(workdir, "checkpoints")
-  steps = sorted((int(n) for n in os.listdir(checkpoints) if n.isdigit()), reverse=True) if os.path.isdir(
-      checkpoints) else []
+  path, steps = os.path.join(workdir, "config.json"), workdir_lib.checkpoint_steps(workdir)
   metrics = os.path.join(workdir, "metrics.jsonl")
   history = steps or (os.path.isfile(metrics) and os.path.getsize(metrics) > 0)
   resumed = os.path.isfile(path)
@@ -152,11 +156,10 @@ def check_resume(config: RunConfig, workdir: str, allow_changes=(), quiet: bool 
   if unknown:
     raise ConfigError(f"--allow_config_change: unknown config key(s) {unknown}; allowed: keys of --print_config, "
                       "dotted below model (model.dropout_rate)")
-  if not resumed:
-    return
   ends = config.optim.schedule == "cosine" or config.optim.cooldown_fraction > 0  # the rate depends on the end
   safe = set(RESUME_SAFE_KEYS) - ({"num_train_steps"} if ends else set())
-  changed = sorted(k for k in old.keys() | new.keys() if k not in old or k not in new or old[k] != new[k])
+  differs = lambda k: k not in old or k not in new or old[k] != new[k]
+  changed = sorted(filter(differs, old.keys() | new.keys())) if resumed else []
   show = lambda d, k: repr(d[k]) if k in d else "(absent)"
   refused = [k for k in changed if k not in safe | set(allow_changes)]
   if refused:
@@ -164,6 +167,12 @@ def check_resume(config: RunConfig, workdir: str, allow_changes=(), quiet: bool 
                       + ", ".join(f"{k} {show(old, k)} -> {show(new, k)}" for k in refused)
                       + f"; resume with the same config, pass --allow_config_change={','.join(refused)}, or use a "
                       "new --workdir (safe to change: rpr.record.RESUME_SAFE_KEYS)")
+  if not steps:  # a finished run's records, its checkpoints gone: nothing to resume, and not to be trained over
+    last, plateau = records.last_step(metrics)
+    if plateau or last >= config.budget.num_train_steps > 0:
+      raise workdir_lib.Unusable(f"--workdir {workdir!r} holds a finished run (metrics.jsonl to step {last}) but no "
+                                 "checkpoint, so there is nothing to resume; allowed: a new --workdir, or move "
+                                 "metrics.jsonl away to train it again from step 0")
   if quiet:
     return
   for k in changed:

@@ -18,8 +18,9 @@ or parameter stops training with :class:`NonFiniteError` before that state
 is saved, so the latest checkpoint stays the last good one.
 
 What a run needs is built in :mod:`rpr.assemble` and trained in
-:mod:`rpr.loop`; this module holds the run's frame: its checks against the
-workdir and the devices, its lock, its writer and its clean-up.
+:mod:`rpr.loop`; this module holds the run's frame: the workdir's lock, the
+resume checks (:func:`rpr.record.check_resume`), this process's span in
+``processes.jsonl`` (:class:`rpr.workdir.Span`), the writer and the clean-up.
 """
 
 from __future__ import annotations
@@ -66,21 +67,14 @@ def train_and_evaluate(config: RunConfig, workdir: str, allow_config_change=(), 
   t0, environment = time.time(), provenance.environment()
   with stop.handle_signals(), (workdir_lib.lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()):
     record.check_resume(config, workdir, allow_config_change, trust_checkpoints=trust_checkpoints)
-    workdir_lib.refuse_finished_without_checkpoint(workdir, config.budget.num_train_steps)
     run = assemble.prepare(config, workdir, mesh, restore_unverified)
-    first = int(run.state.step)
-    # This process's span, committed with the records (processes.jsonl): after each save, and at its end,
-    # up to the newest step it saved or recorded (a stop by signal saves a step that may have no record).
-    reached = [first]
-    span = lambda last, running: (workdir_lib.record_process(workdir, t0, (first, last), running, environment)
-                                  if jax.process_index() == 0 else None)
-    on_save = lambda step: (reached.append(step), span(step, True))
+    # This process's span, committed with the records (processes.jsonl): after each save, and at its end.
+    span = workdir_lib.Span(workdir, t0, int(run.state.step), environment, writes=jax.process_index() == 0)
     writer = writers.create(workdir, jax.process_index(), config.budget.tensorboard)
     # The run's hyper-parameters for TensorBoard's HParams dashboard, beside the metrics it writes.
     writer.write_hparams(writers.hparams(run.recorded["config"]))
     try:
-      return loop.train(run, writer, on_save=on_save)
+      return loop.train(run, writer, on_save=span.saved)
     finally:  # each step runs (the save in flight waited for); the first error is the one raised (rpr/failures.py)
-      last = lambda: max(reached + [r["step"] for r in run.records])
-      failures.clean_up(run.ckpt.close, writer.close, lambda: span(last(), False),
+      failures.clean_up(run.ckpt.close, writer.close, lambda: span.ended(run.records),
                         lambda: jax.process_index() == 0 and workdir_lib.set_aside_unresumable(workdir))

@@ -49,12 +49,12 @@ def record_process(workdir: str, start: float, steps: tuple[int, int], running: 
   start, since the checkout may change under a running process), which ``config.json`` holds for the latest
   process only.
 
-  Training calls it after each checkpoint save with ``running=True`` (the line says ``"running": true``: the
-  process was alive then, at ``to_step``) and once more at its end; each call replaces the process's previous
-  line, and the file is replaced whole (write, then rename), so a kill leaves the old file or the new one. A
-  process killed with SIGKILL thus leaves its span up to its last save, where its TensorBoard events may say
-  more. Committed beside the records, it outlives those events (not committed, lost
-  with the machine).
+  Training (its :class:`Span`) calls it after each checkpoint save with ``running=True`` (the line says
+  ``"running": true``: the process was alive then, at ``to_step``) and once more at its end; each call replaces
+  the process's previous line, and the file is replaced whole (write, then rename), so a kill leaves the old file
+  or the new one. A process killed with SIGKILL thus leaves its span up to its last save, where its TensorBoard
+  events may say more. Committed beside the records, it outlives those events (not committed, lost with the
+  machine).
   """
   from rpr import provenance
 
@@ -72,6 +72,29 @@ def record_process(workdir: str, start: float, steps: tuple[int, int], running: 
         if line.strip() and _span(path, n, line) != this:
           kept.append(line.decode("utf-8", "surrogateescape").rstrip("\n") + "\n")
   records.replace_lines(path, kept + [json.dumps(record, sort_keys=True) + "\n"])  # one writer: the lock's holder
+
+
+class Span:
+  """This process's span in ``processes.jsonl`` as it trains, from the step it started at: :func:`record_process`
+  after each save (:meth:`saved`, ``running``) and at its end (:meth:`ended`), up to the newest step it saved or
+  recorded (a stop by signal saves a step that may have no record). Only a span that ``writes`` (process 0's)
+  writes the file."""
+
+  def __init__(self, workdir: str, start: float, first: int, environment: dict, writes: bool = True):
+    self.workdir, self.start, self.environment, self.writes = workdir, start, environment, writes
+    self.steps = [first]  # the first step, then each saved
+
+  def saved(self, step: int) -> None:
+    self.steps.append(step)
+    self._record(step, running=True)
+
+  def ended(self, recorded: list[dict]) -> None:
+    """The last line, up to the newest step saved or among ``recorded`` (the run's metrics records)."""
+    self._record(max(self.steps + [r["step"] for r in recorded]), running=False)
+
+  def _record(self, last: int, running: bool) -> None:
+    if self.writes:
+      record_process(self.workdir, self.start, (self.steps[0], last), running, self.environment)
 
 
 def _span(path: str, n: int, line: bytes) -> Optional[tuple]:
@@ -92,20 +115,6 @@ def checkpoint_steps(workdir: str) -> list[int]:
   """The steps ``<workdir>/checkpoints`` holds a folder for, newest first (not yet verified: see rpr.checkpoint)."""
   path = os.path.join(workdir, "checkpoints")
   return sorted((int(n) for n in os.listdir(path) if n.isdigit()), reverse=True) if os.path.isdir(path) else []
-
-
-def refuse_finished_without_checkpoint(workdir: str, num_train_steps: int) -> None:
-  """:class:`Unusable` if ``metrics.jsonl`` records a finished run (to ``num_train_steps``, or to where a plateau
-  rule stopped it) and ``checkpoints/`` holds no step: a fresh clone of committed results, or checkpoints deleted
-  to save disk. Training would start over and set its records aside; that is the user's call, not a rerun's.
-  """
-  if checkpoint_steps(workdir):
-    return
-  last, plateau = records.last_step(os.path.join(workdir, "metrics.jsonl"))
-  if plateau or last >= num_train_steps > 0:
-    raise Unusable(f"--workdir {workdir!r} holds a finished run (metrics.jsonl to step {last}) but no checkpoint, "
-                   "so there is nothing to resume; allowed: a new --workdir, or move metrics.jsonl away to train "
-                   "it again from step 0")
 
 
 def set_aside_unresumable(workdir: str) -> None:

@@ -126,7 +126,7 @@ def test_history_without_config_json_is_refused_unless_trusted(tmp_path, left):
     (tmp_path / "checkpoints" / "20").mkdir(parents=True)
     message = r"holds checkpoints \(steps 20\) but no config.json.*--trust_checkpoints"
   else:
-    (tmp_path / "metrics.jsonl").write_text('{"step": 10}\n')
+    (tmp_path / "metrics.jsonl").write_text('{"step": 2}\n')  # unfinished (a finished one is refused: below)
     message = r"holds metrics.jsonl but no config.json"
   with pytest.raises(ConfigError, match=message):
     validate(tiny_config(**FAST), num_devices=1, workdir=str(tmp_path))
@@ -155,8 +155,11 @@ def test_records_without_a_checkpoint_are_never_trained_over(tmp_path):
   train_run(tiny_config(**dict(FAST, num_train_steps=4)), str(run))
   before = (run / "metrics.jsonl").read_text()
   shutil.rmtree(run / "checkpoints")
-  with pytest.raises(workdir.Unusable, match=r"holds a finished run \(metrics.jsonl to step 4\) but no checkpoint"):
+  finished = r"holds a finished run \(metrics.jsonl to step 4\) but no checkpoint"
+  with pytest.raises(workdir.Unusable, match=finished):
     train_run(tiny_config(**dict(FAST, num_train_steps=4)), str(run))
+  with pytest.raises(workdir.Unusable, match=finished):  # a resume check: run.py's before JAX starts, the sweep's
+    validate(tiny_config(**dict(FAST, num_train_steps=4)), workdir=str(run))
   assert (run / "metrics.jsonl").read_text() == before and not (run / "checkpoints").exists()
   train_run(tiny_config(**FAST), str(run))  # 8 steps: unfinished, so it starts over
   aside = list(run.glob("metrics.orphaned-*.jsonl"))

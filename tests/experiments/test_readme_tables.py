@@ -111,7 +111,7 @@ def test_the_lm_curves_table_is_the_committed_runs(committed_workdirs):
 def _gain(run: runs_lib.RunRecord) -> float:
   """What the run's plateau rule measured at its last evaluation (rpr.plateau)."""
   keys = {k: v for k, v in run.config.items() if k.startswith("plateau_")}  # run.config is flat: model.* too
-  rule = plateau.Rule.from_config(rpr_config.Budget(**keys))
+  rule = rpr_config.Budget(**keys).plateau_rule()
   curve = plateau.curve(run.records, rule.metric)
   return rule.gain(curve, max(step for step, _ in curve))
 
