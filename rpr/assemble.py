@@ -57,14 +57,16 @@ def prepare(config: RunConfig, workdir: str, mesh: Mesh, restore_unverified: boo
   """Builds the task and model, restores the newest checkpoint that restores (or initialises), writes
   ``config.json`` after the restore (a workdir that does not restore stays as it was)."""
   task = data.get_task_once(config.data, workdir, mesh.size)
+  # The run's model and its evaluation variant (no dropout), both derived from the typed config, then built.
   model_config = config.model.replace(vocab_size=task.vocab.size)
+  eval_config = model_config.replace(deterministic=True)
   if (model_config.num_encoder_layers == 0) != getattr(task, "is_lm", False):
     raise ConfigError(
         f"config.model.num_encoder_layers = {model_config.num_encoder_layers} does not fit data set "
         f"{config.data.dataset!r}: a decoder-only model (0 encoder layers) needs a language-model data set and "
         "an encoder-decoder model (>= 1) a data set with inputs")
   os.makedirs(workdir, exist_ok=True)
-  model, eval_model = build(model_config), build(model_config.replace(deterministic=True))
+  model, eval_model = build(model_config), build(eval_config)
   tx, schedule = optim.make_optimizer(config.optim, model_config.d_model, config.budget.num_train_steps)
   replicated, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
   first = task.train_batch(0, slice(0, 1))  # its lengths
