@@ -238,7 +238,7 @@ def test_validation_runs_once_per_run(tmp_path, monkeypatch, caplog):
   monkeypatch.setattr(rpr_config, "validate", counted("run", run_validate))
   monkeypatch.setattr(model_lib.ModelConfig, "validate", counted("model", model_validate))
   config = tiny_config(**dict(FAST, num_train_steps=2, model={**FAST["model"], "shaw": {"max_distance": 64}}))
-  with caplog.at_level(logging.INFO):
+  with caplog.at_level(logging.INFO, logger="absl"):  # absl's level, whatever a test before set it to
     out = train_run(config, str(tmp_path))
   assert out["step"] == 2 and calls == {"run": 1, "model": 1}
   said = notes(caplog)
@@ -251,7 +251,7 @@ def test_the_model_s_note_waits_for_the_whole_tree_so_that_an_error_is_the_only_
   from tests.test_model_config import notes
 
   far = {"shaw": {"max_distance": 64}}  # k = 64 = model.max_length: a note once the tree is valid
-  with caplog.at_level(logging.INFO):
+  with caplog.at_level(logging.INFO, logger="absl"):  # absl's level, whatever a test before set it to
     with pytest.raises(ConfigError, match=r"config.average_last = 5 is not allowed"):
       validate(tiny_config(model=far, average_last=5))  # a rule between sections, checked after the model's
     assert notes(caplog) == []

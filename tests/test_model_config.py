@@ -54,7 +54,7 @@ def notes(caplog) -> list[str]:
 def test_a_clipping_distance_past_the_longest_sequence_is_kept_with_one_note_per_validation(caplog):
   """k >= model.max_length clips nothing: the config is kept as given, and each validation says so once."""
   far = ModelConfig(position="shaw", position_options={"max_distance": 64}, max_length=16)
-  with caplog.at_level(logging.INFO):
+  with caplog.at_level(logging.INFO, logger="absl"):  # absl's level, whatever a test before set it to
     assert far.validate().position_options.max_distance == 64 and len(notes(caplog)) == 1
     far.validate()
   assert notes(caplog) == [
@@ -65,7 +65,7 @@ def test_a_clipping_distance_past_the_longest_sequence_is_kept_with_one_note_per
 
 def test_the_note_names_both_attentions_of_one_k_and_is_not_said_where_k_clips_or_has_no_table(caplog):
   shaw = {"max_distance": 16}
-  with caplog.at_level(logging.INFO):
+  with caplog.at_level(logging.INFO, logger="absl"):  # absl's level, whatever a test before set it to
     ModelConfig(position="shaw", position_options=shaw, cross_position="shaw", cross_position_options=shaw,
                 max_length=16).validate()
     assert len(notes(caplog)) == 1
