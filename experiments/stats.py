@@ -3,18 +3,20 @@
 Per cell, over its seeds: n, mean, SD and the 95% CI of the mean (Student's t).
 Per comparison of a cell with its table's reference row: the difference of
 means with Welch's 95% CI and p-value, the p-values Holm-corrected within the
-table, and the minimum detectable effect (80% power, two-sided, at the first
-Holm step's level alpha / m). Over the test set: sacrebleu's paired bootstrap
-between two runs' decoded outputs.
+table, and the minimum detectable effect of that same test (Welch's, 80% power,
+two-sided, at the first Holm step's level alpha / m). Over the test set:
+sacrebleu's paired bootstrap between two runs' decoded outputs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
+from scipy import optimize
 from scipy import stats as scipy_stats
 from statsmodels.stats import multitest
 from statsmodels.stats import power as sm_power
@@ -63,10 +65,26 @@ def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float:
   return math.sqrt(((na - 1) * np.var(a, ddof=1) + (nb - 1) * np.var(b, ddof=1)) / (na + nb - 2))
 
 
-def mde(n_cell: int, n_reference: int, sd: float, alpha: float) -> float:
-  """The difference a two-sided two-sample t-test on these seed counts detects with 80% power at ``alpha``."""
-  effect = sm_power.TTestIndPower().solve_power(nobs1=n_cell, ratio=n_reference / n_cell, alpha=alpha, power=POWER)
-  return float(effect) * sd
+def mde(values: Sequence[float], reference: Sequence[float], alpha: float) -> float:
+  """The difference Welch's two-sided test on these seeds detects with 80% power at ``alpha``.
+
+  statsmodels' two-sample power at Welch's degrees of freedom, with the SD that makes its noncentrality Welch's
+  (``se / sqrt(1/n1 + 1/n2)``, ``se`` Welch's standard error): with equal counts and spreads it is the pooled
+  t-test's MDE; with unequal spreads it grows as Welch's test loses power, so a "not separated" verdict never sits
+  beside an MDE smaller than its own difference.
+  """
+  n1, n2 = len(values), len(reference)
+  se = math.sqrt(np.var(values, ddof=1) / n1 + np.var(reference, ddof=1) / n2)
+  df = scipy_stats.ttest_ind(values, reference, equal_var=False).df
+  # One tail at alpha / 2: the other tail adds under 1e-5 of power at 80% (scipy's noncentral t can return NaN
+  # there on one or two degrees of freedom).
+  power = functools.partial(sm_power.TTestIndPower().power, nobs1=n1, alpha=alpha / 2, ratio=n2 / n1, df=df,
+                            alternative="larger")
+  high = 1.0
+  while power(high) < POWER:
+    high *= 2
+  effect = optimize.brentq(lambda d: power(d) - POWER, 0.0, high)
+  return float(effect) * se / math.sqrt(1 / n1 + 1 / n2)
 
 
 def compare(reference: Sequence[float], cells: Mapping[str, Sequence[float]], reference_name: str = "reference",
@@ -90,7 +108,7 @@ def compare(reference: Sequence[float], cells: Mapping[str, Sequence[float]], re
     _, adjusted, _, _ = multitest.multipletests([t[3] for t in tested.values()], alpha=alpha, method="holm")
     first_step = alpha / len(tested)
     for (name, (diff, low, high, p)), p_holm in zip(tested.items(), adjusted):
-      m = mde(len(cells[name]), len(reference), pooled_sd(cells[name], reference), first_step)
+      m = mde(cells[name], reference, first_step)
       verdict = (f"{name} {'>' if diff > 0 else '<'} {reference_name}" if p_holm < alpha else "not separated")
       out[name] = Comparison(diff, low, high, p, float(p_holm), m, verdict)
   return {name: out[name] for name in cells}

@@ -46,10 +46,35 @@ def test_holm_within_the_table():
 
 
 def test_mde_matches_the_power_table_and_shrinks_with_seeds():
-  # Two groups of 5 at alpha 0.05, power 0.8: Cohen's d about 2.02 (noncentral t, not the normal's 1.77)
-  assert stats.mde(5, 5, sd=1.0, alpha=0.05) == pytest.approx(2.02, abs=0.01)
-  assert stats.mde(10, 10, sd=1.0, alpha=0.05) < stats.mde(5, 5, sd=1.0, alpha=0.05)
-  assert stats.mde(5, 5, sd=1.0, alpha=0.05 / 4) > stats.mde(5, 5, sd=1.0, alpha=0.05)
+  unit = np.array([-2.0, -1.0, 0.0, 1.0, 2.0]) / math.sqrt(2.5)  # SD 1
+  # Two groups of 5 with equal spreads at alpha 0.05, power 0.8: Welch's test is the pooled one, and the MDE is
+  # Cohen's d of about 2.02 SDs (noncentral t, not the normal's 1.77)
+  assert stats.mde(unit, unit + 10, alpha=0.05) == pytest.approx(2.02, abs=0.01)
+  ten = np.concatenate([unit, unit]) * math.sqrt(9 / 8)  # 10 values, SD 1 again
+  assert np.std(ten, ddof=1) == pytest.approx(1.0)
+  assert stats.mde(ten, ten, alpha=0.05) < stats.mde(unit, unit, alpha=0.05)
+  assert stats.mde(unit, unit, alpha=0.05 / 4) > stats.mde(unit, unit, alpha=0.05)
+
+
+def test_mde_is_welchs_so_unequal_spreads_on_few_seeds_raise_it():
+  # The translation pilot at 4,000 steps (test BLEU): two seeds each, spreads 0.74 and 0.03. Welch's test has
+  # about 1 degree of freedom there, so a difference of 3.96 is not separated; the MDE must say more than that.
+  shaw, sinusoidal = [20.066, 21.118], [16.648, 16.612]
+  out = stats.compare(sinusoidal, {"shaw": shaw})["shaw"]
+  assert out.verdict == "not separated"
+  assert out.mde > abs(out.diff) == pytest.approx(3.96, abs=0.01)
+
+
+def test_not_separated_always_sits_beside_an_mde_above_its_difference():
+  # If |diff| reached the MDE, Welch's t would pass the first Holm step's level, so Holm would separate it.
+  rng = np.random.default_rng(0)
+  for _ in range(200):
+    n, m = rng.integers(2, 7, size=2)
+    reference = rng.normal(0, rng.uniform(0.1, 2), n)
+    cells = {f"c{i}": rng.normal(rng.normal(0, 1.5), rng.uniform(0.1, 2), m) for i in range(3)}
+    for c in stats.compare(reference, cells).values():
+      if c.verdict == "not separated":
+        assert c.mde > abs(c.diff)
 
 
 def test_not_separated_carries_an_mde_larger_than_the_difference():
