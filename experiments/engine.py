@@ -18,6 +18,7 @@ from rpr import record as _record
 from rpr import records as _records
 
 dedupe, end_step, plateau_step = _records.dedupe, _records.end_step, _records.plateau_step
+evaluated_splits = _config.evaluated_splits  # the splits a run of a config evaluates at its last step
 
 
 def load_config(config: str, variant: str = "", settings: Mapping[str, Any] = ()):
@@ -54,11 +55,6 @@ def train(config, workdir: str) -> dict:
   from rpr import train as train_lib  # JAX: only when something trains
 
   return train_lib.train_and_evaluate(config, workdir)
-
-
-def evaluated_splits(config) -> tuple[str, ...]:
-  """The splits a run of ``config`` evaluates at its last step."""
-  return _config.evaluated_splits(config)
 
 
 def prepare_data(configs) -> int:

@@ -229,8 +229,7 @@ def launch(jobs: Sequence[Job], options: Options, folder: str, env: Optional[dic
   outcome = {"skipped": [], "done": [], "stopped": [], "failed": [], "busy": [], "submitted": []}
   todo = []
   for job in jobs:
-    done_before = finished(job.workdir, job.config)
-    if done_before:
+    if finished(job.workdir, job.config):
       outcome["skipped"].append(job.workdir)
       logging.info("%s: finished, skipped.", job.workdir)
     elif _claimable(job.workdir, options.checkpoints):
