@@ -286,11 +286,11 @@ def model_step(s: Settings) -> dict:
     steps, out = {}, {"batch": s.model_batch, "length": s.model_length, "preset": s.model_preset,
                       "implementation": s.model_implementation}
     for position in ("sinusoidal", "shaw"):
-      _, model = engine.preset_model(s.model_preset, position=position, max_length=max(256, s.model_length),
-                                     attention_implementation=s.model_implementation)
+      model = engine.preset_model(s.model_preset, position=position, max_length=max(256, s.model_length),
+                                  attention_implementation=s.model_implementation)
       tx = optax.adam(1e-4)
-      state = engine.init_state(jax.random.PRNGKey(0), model, tx, s.model_length, s.model_length)
-      step = jax.jit(lambda st, b, model=model, tx=tx: engine.train_step(
+      state = engine.steps().init_state(jax.random.PRNGKey(0), model, tx, s.model_length, s.model_length)
+      step = jax.jit(lambda st, b, model=model, tx=tx: engine.steps().train_step(
           st, b, model=model, tx=tx, schedule=lambda i: 1e-4, label_smoothing=0.1))
       compiled = step.lower(state, batch).compile()
       out[f"{position}_memory"] = machine.peak_bytes(compiled)

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import timeit
 
 from absl import app
 from absl import flags
@@ -76,14 +77,8 @@ def matmul_peak(n: int = 2048, dtype: str = "float32", repeats: int = 10) -> flo
   x = jnp.asarray(np.random.default_rng(0).normal(size=(n, n)), dtype)
   dot = jax.jit(lambda a, b: a @ b)
   dot(x, x).block_until_ready()
-  best = min(_timed(lambda: dot(x, x).block_until_ready()) for _ in range(repeats))
+  best = min(timeit.repeat(lambda: dot(x, x).block_until_ready(), repeat=repeats, number=1))
   return 2 * n ** 3 / best
-
-
-def _timed(fn) -> float:
-  t0 = time.perf_counter()
-  fn()
-  return time.perf_counter() - t0
 
 
 def measure(case: Case, steps: int) -> dict:
@@ -100,11 +95,11 @@ def measure(case: Case, steps: int) -> dict:
       config, tempfile.mkdtemp(prefix="bench_step_"), mesh.size)
   replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
   first = task.train_batch(0, slice(0, 1))
-  init_fn = functools.partial(engine.init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
+  init_fn = functools.partial(engine.steps().init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
                               target_length=first["targets"].shape[1])
   init = jax.jit(init_fn, out_shardings=replicated)
   state = init(jax.random.PRNGKey(config.seed))
-  step_fn = jax.jit(functools.partial(engine.train_step, model=model, tx=tx, schedule=schedule,
+  step_fn = jax.jit(functools.partial(engine.steps().train_step, model=model, tx=tx, schedule=schedule,
                                       label_smoothing=config.label_smoothing),
                     in_shardings=(replicated, rows), out_shardings=(replicated, replicated), donate_argnums=0)
   batches = [host_batch(task, s, mesh) for s in range(steps)]
