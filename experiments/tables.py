@@ -59,24 +59,20 @@ def markdown(table: Table, records: Sequence[dict], boot: Optional[dict] = None)
   f = lambda v: render.fmt(v, digits)  # noqa: E731
   rows = []
   for r in table.rows:
-    v = values[r.cell]
+    v, head = values[r.cell], [r.paper_row or "-", f"`{r.cell}`", f(r.paper)]  # the row, and the paper's beside it
     if not v:
-      rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), "no finished run", "", "", "", ""])
+      rows.append([*head, "no finished run", "", "", "", ""])
       continue
-    c = stats.cell(v)
+    c, cmp = stats.cell(v), comparisons.get(r.cell)
     ours = f"{f(c.mean)} ± {f((c.high - c.low) / 2)}" if c.n > 1 else f(c.mean)
     n = f"{c.n} ({'/'.join(f'{s:,}' for s in steps[r.cell])})"
     if r.cell == table.reference:
-      rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n, "reference", "", ""])
-      continue
-    cmp = comparisons.get(r.cell)
-    if cmp is None or math.isnan(cmp.p_holm):
-      rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n, f"{cmp.diff:+.{digits}f}" if cmp else "",
-                   "", "not tested (< 2 seeds a side)"])
-      continue
-    verdict = _said(table, cmp) if cmp.verdict != "not separated" else f"not separated (MDE {f(cmp.mde)})"
-    rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n,
-                 f"{cmp.diff:+.{digits}f} [{cmp.low:+.{digits}f}, {cmp.high:+.{digits}f}]", _p(cmp.p_holm), verdict])
+      compared = ["reference", "", ""]
+    elif cmp is None or math.isnan(cmp.p_holm):
+      compared = [f"{cmp.diff:+.{digits}f}" if cmp else "", "", "not tested (< 2 seeds a side)"]
+    else:
+      compared = [_interval(cmp, digits), _p(cmp.p_holm), _said(table, cmp, f"not separated (MDE {f(cmp.mde)})")]
+    rows.append([*head, ours, n, *compared])
   rows += [[name, "baseline", "", f(value), "", "", "", ""] for name, value in table.baselines]
   header = ["paper's row", "cell", "paper", "ours (mean ± 95% CI)", "n (steps)", f"vs `{table.reference}` [95% CI]",
             "Holm p", "verdict"]
@@ -93,11 +89,11 @@ def markdown(table: Table, records: Sequence[dict], boot: Optional[dict] = None)
   return text + (f"\n\n{table.note}" if table.note else "")
 
 
-def _said(table: Table, cmp) -> str:
-  """A comparison's verdict as a reader takes it: a separated one says whether the row is better or worse than the
-  reference (lower is better for a perplexity or a loss)."""
+def _said(table: Table, cmp, apart: str) -> str:
+  """A comparison's verdict as a reader takes it: ``apart`` where not separated; a separated one says whether the
+  row is better or worse than the reference (lower is better for a perplexity or a loss)."""
   if cmp.verdict == "not separated":
-    return cmp.verdict
+    return apart
   lower_better = any(m in table.metric for m in ("perplexity", "loss"))
   return f"{cmp.verdict} ({'better' if (cmp.diff < 0) == lower_better else 'worse'})"
 
@@ -123,9 +119,8 @@ def answers(shown: Sequence[tuple[Table, list]]) -> str:
     for cell in cells:
       cmp = comparisons.get(cell)
       if cmp is not None and cmp.verdict not in ("not tested",):
-        verdict = _said(table, cmp) if cmp.verdict != "not separated" else f"not separated from `{table.reference}`"
-        detail = f"{cmp.diff:+.2f} [{cmp.low:+.2f}, {cmp.high:+.2f}], p {_p(cmp.p_holm)}"
-        clauses.setdefault(verdict, []).append(f"`{cell}` ({detail})")
+        verdict = _said(table, cmp, f"not separated from `{table.reference}`")
+        clauses.setdefault(verdict, []).append(f"`{cell}` ({_interval(cmp)}, p {_p(cmp.p_holm)})")
     if clauses:
       said = "; ".join(f"{', '.join(c)}: {v}" for v, c in clauses.items())
       lines.append(f"- **{question}** ({table.title.split(' (')[0]}): {said}.")
@@ -206,6 +201,11 @@ def budget_section(root: str = RESULTS) -> str:
   return "\n\n".join(out)
 
 
+def _interval(cmp, digits: int = 2) -> str:
+  """A row's difference to the reference with its 95% CI: ``+1.20 [+0.30, +2.10]``."""
+  return f"{cmp.diff:+.{digits}f} [{cmp.low:+.{digits}f}, {cmp.high:+.{digits}f}]"
+
+
 def _p(p: float) -> str:
   return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
@@ -280,15 +280,17 @@ def write_one(table: Table, root: str, out: str, command: str) -> str:
 
 def readme_copy(path: str = "README.md") -> str:
   """The README's copy of the tables (between :data:`MARKERS`)."""
+  return _block(path)[1].group(1).strip("\n")
+
+
+def _block(path: str) -> tuple[str, re.Match]:
+  """The README at ``path`` and its tables' block (between :data:`MARKERS`; ValueError if it has none)."""
   with open(path, encoding="utf-8") as f:
-    return _block(f.read(), path).group(1).strip("\n")
-
-
-def _block(text: str, path: str) -> re.Match:
+    text = f.read()
   match = re.search(re.escape(MARKERS[0]) + r"\n(.*?)" + re.escape(MARKERS[1]), text, re.S)
   if match is None:
     raise ValueError(f"{path} has no {MARKERS[0]} ... {MARKERS[1]} block to hold the tables")
-  return match
+  return text, match
 
 
 def define_flags() -> None:
@@ -305,10 +307,8 @@ def main(argv) -> None:
 
   fv = flags.FLAGS
   if fv.readme:
-    with open(fv.readme, encoding="utf-8") as f:
-      text = f.read()
     try:
-      match = _block(text, fv.readme)  # before any work: a README without the block is one line
+      text, match = _block(fv.readme)  # before any work: a README without the block is one line
     except ValueError as e:
       raise app.UsageError(str(e)) from None
   block = write(fv.root, fv.out)
