@@ -1,7 +1,5 @@
-"""What each run of a sweep is doing: done (from its workdir), else what its job says.
-
-  rows = status.status(jobs, folder)   # jobs: experiments.launch.Job; folder: the sweep's submitit folder
-  print(status.format_status(rows))
+"""What each run of a sweep is doing (:func:`status`, printed by :func:`format_status`; experiments/launch.py's
+docstring shows the call): done (from its workdir), else what its job says.
 
 A run is done when its workdir holds its last step with every final evaluation (:func:`finished`); else its
 state comes from ``folder/jobs.json`` (the launcher's record of each workdir's job), the job's result pickle,

@@ -1,12 +1,5 @@
-"""Runs a named sweep (``configs/<task>.py``'s ``get_sweeps()``, read by experiments/sweeps.py), or prints each
-run's command.
-
-  python -m experiments sweep table2_cpu              # train every run here, one at a time (--workers N: N at once)
-  python -m experiments sweep table2_cpu --executor=slurm --partition=gpu --gpus_per_node=8   # a SLURM job array
-  python -m experiments sweep table2_cpu --status     # every run: queued, running, done, failed; step, ETA, log
-  python -m experiments sweep table2_cpu --print      # one `python run.py ...` line per run, for a cluster,
-                                                      # then the tables' command
-  python -m experiments sweep --list                  # the registered sweeps and their sizes
+"""Runs a named sweep (``configs/<task>.py``'s ``get_sweeps()``, read by experiments/sweeps.py), follows it
+(``--status``), or prints each run's command (``--print``); the commands: experiments/README.md, "Sweeps".
 
 Run from the repository root. Every run trains in its own workdir, ``<root>/<folder>/<run name>/seed<seed>``
 (``--root``, default ``workdirs/sweeps``); a cell that is another sweep's run with the same config (``Run.same_as``)
