@@ -31,9 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
-import os
-import shlex
 import sys
 from typing import Sequence
 
@@ -42,6 +39,7 @@ from absl import app
 from absl import flags
 
 from configs.translation import SHORT as TRANSLATION_SHORT
+from experiments import machine
 from experiments import ngram
 from experiments import render
 from rpr import metrics
@@ -128,9 +126,6 @@ def language_model(data_dir: str, corpus_dir: str, vocab_size: int, context: int
 
 
 def write(data: dict, out: str) -> None:
-  os.makedirs(out, exist_ok=True)
-  with open(os.path.join(out, "baselines.json"), "w") as f:
-    json.dump(data, f, indent=1)
   t = data["translation"]
   cells = (("test", "bleu"), ("test", "chrf"), ("validation", "bleu"), ("test_long", "bleu"), ("test_long", "chrf"))
   rows = [[name, *(f"{t[name][split][m]:.2f}" for split, m in cells)] for name in t]
@@ -155,8 +150,7 @@ def write(data: dict, out: str) -> None:
            f"Interpolated Kneser-Ney counted on {lm_data['train_tokens']:,} training tokens; the order in bold has "
            "the lowest validation perplexity and is the baseline of the LM tables.", "",
            render.markdown_table(("order", *splits), lm_rows, ["---"] + [render.RIGHT] * len(splits)), ""]
-  with open(os.path.join(out, "README.md"), "w") as f:
-    f.write("\n".join(lines))
+  render.write_report(out, data, "\n".join(lines), record="baselines.json")
 
 
 def define_flags() -> None:
@@ -173,8 +167,7 @@ def define_flags() -> None:
 def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}; allowed: flags only")
-  data = {"command": " ".join(["python -m experiments", shlex.join(sys.argv[1:])]).strip(),
-          "date": datetime.datetime.now().isoformat(timespec="seconds")}
+  data = {"command": machine.command(), "date": datetime.datetime.now().isoformat(timespec="seconds")}
   with contextlib.redirect_stdout(sys.stderr):  # TFDS reports generation on stdout
     data["translation"], data["translation_by_book"] = translation(FLAGS.data_dir, FLAGS.corpus_dir)
     data["lm"] = language_model(FLAGS.data_dir, FLAGS.corpus_dir, FLAGS.sotu_vocab_size, FLAGS.lm_context)

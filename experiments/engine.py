@@ -18,6 +18,7 @@ from rpr import record as _record
 from rpr import records as _records
 
 dedupe, end_step, plateau_step = _records.dedupe, _records.end_step, _records.plateau_step
+evaluated_splits = _config.evaluated_splits  # the splits a run of a config evaluates at its last step
 
 
 def load_config(config: str, variant: str = "", settings: Mapping[str, Any] = ()):
@@ -26,12 +27,7 @@ def load_config(config: str, variant: str = "", settings: Mapping[str, Any] = ()
   module = importlib.import_module("configs." + pathlib.Path(config).stem)
   out = module.get_config(variant)
   out.lock()
-  for key, value in dict(settings).items():
-    *parents, leaf = key.split(".")
-    node = out
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
+  out.update_from_flattened_dict(dict(settings))  # locked: an unknown key raises
   return out
 
 
@@ -54,11 +50,6 @@ def train(config, workdir: str) -> dict:
   from rpr import train as train_lib  # JAX: only when something trains
 
   return train_lib.train_and_evaluate(config, workdir)
-
-
-def evaluated_splits(config) -> tuple[str, ...]:
-  """The splits a run of ``config`` evaluates at its last step."""
-  return _config.evaluated_splits(config)
 
 
 def prepare_data(configs) -> int:
@@ -99,22 +90,15 @@ def task_and_model(config, data_dir: str, num_devices: int):
 
 
 def preset_model(name: str, **overrides):
-  """``(model config, Transformer)`` of the named model preset (``base``, ``big``, ``tiny``) with ``overrides``."""
+  """The Transformer of the named model preset (``base``, ``big``, ``tiny``) with ``overrides``."""
   from rpr import model as model_lib
 
-  config = model_lib.preset(name, **overrides)
-  return config, model_lib.Transformer(config)
+  return model_lib.Transformer(model_lib.preset(name, **overrides))
 
 
-def init_state(*args, **kwargs):
-  """``rpr.steps.init_state``: a model's parameters and optimizer state."""
-  from rpr import steps
+def steps():
+  """``rpr.steps``, as training runs it: ``init_state`` (a model's parameters and optimizer state) and
+  ``train_step`` (one optimizer step on a batch); imported on first use, as it brings JAX."""
+  from rpr import steps as steps_lib
 
-  return steps.init_state(*args, **kwargs)
-
-
-def train_step(*args, **kwargs):
-  """``rpr.steps.train_step``: one optimizer step on a batch, as training runs it."""
-  from rpr import steps
-
-  return steps.train_step(*args, **kwargs)
+  return steps_lib

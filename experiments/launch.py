@@ -92,7 +92,8 @@ class Options:
       raise ValueError("--executor=slurm: sbatch and srun are not on PATH; allowed: a machine that submits SLURM jobs")
     if self.signal_delay_s >= 60 * self.time:
       raise ValueError(f"--signal_delay_s={self.signal_delay_s}; allowed: under --time ({self.time} min)")
-    changed = [f.name for f in dataclasses.fields(self) if f.name in _SLURM_ONLY and getattr(self, f.name) != f.default]
+    changed = [f.name for f in dataclasses.fields(self)  # a SLURM setting's help says so first
+               if f.metadata["help"].startswith("slurm:") and getattr(self, f.name) != f.default]
     if changed and self.executor != "slurm":
       raise ValueError(f"--{changed[0]} is a SLURM setting; allowed with --executor=slurm only")
 
@@ -100,10 +101,6 @@ class Options:
   def tasks_per_node(self) -> int:
     """One process per GPU for a run across nodes (jax.distributed gives each the GPU of its local rank)."""
     return self.gpus_per_node if self.nodes > 1 and self.gpus_per_node else 1
-
-
-_SLURM_ONLY = ("partition", "nodes", "gpus_per_node", "cpus_per_task", "mem", "account", "constraint",
-               "array_parallelism")
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -229,8 +226,7 @@ def launch(jobs: Sequence[Job], options: Options, folder: str, env: Optional[dic
   outcome = {"skipped": [], "done": [], "stopped": [], "failed": [], "busy": [], "submitted": []}
   todo = []
   for job in jobs:
-    done_before = finished(job.workdir, job.config)
-    if done_before:
+    if finished(job.workdir, job.config):
       outcome["skipped"].append(job.workdir)
       logging.info("%s: finished, skipped.", job.workdir)
     elif _claimable(job.workdir, options.checkpoints):
@@ -325,7 +321,7 @@ def _run_local(executor, todo: list[Job], options: Options, folder: str, env, ou
       if time.monotonic() - said >= progress.EVERY_SECONDS:  # the runs' logs are files: their progress here
         said = time.monotonic()
         for submitted in running.values():
-          logging.info("%s", _progress(submitted.rpr_job, folder))
+          logging.info("%s", status_lib.format_status(status_lib.status([submitted.rpr_job], folder)).splitlines()[0])
       free = [c for c in range(options.workers) if c not in running]
       while queue and free and not stopping:
         job, slot = queue.pop(0), free.pop(0)
@@ -350,11 +346,6 @@ def _run_local(executor, todo: list[Job], options: Options, folder: str, env, ou
     for s, handler in previous.items():
       signal.signal(s, handler)
   return outcome
-
-
-def _progress(job: Job, folder: str) -> str:
-  """``name  running  step 1,500 of 3,000  ETA 0:01:22  log ...``: the run's status line."""
-  return status_lib.format_status(status_lib.status([job], folder)).splitlines()[0]
 
 
 def _entry(job: Job, submitted, executor: str) -> dict:

@@ -3,14 +3,16 @@
 :func:`peak_bytes` is what every benchmark here reports as "peak memory":
 XLA's estimate from ``compiled.memory_analysis()``,
 ``temp + argument + output - alias`` (:data:`PEAK`). :func:`machine` is the
-record of the hardware and software a number was measured on.
+record of the hardware and software a number was measured on, :func:`command` the command that measured it.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import shlex
 import subprocess
+import sys
 
 GB = 1e9
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,3 +62,8 @@ def machine() -> dict:
           "xla_flags": os.environ.get("XLA_FLAGS", ""), "git_commit": commit.strip(),
           "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GB, 1),
           "backend": jax.default_backend()}
+
+
+def command() -> str:
+  """This process's command line as typed at the repository root: ``python -m experiments VERB [flags]``."""
+  return "python -m experiments " + shlex.join(sys.argv[1:])

@@ -1,17 +1,22 @@
 """The one table renderer and the tables' plot: Markdown and CSV tables, and PNGs.
 
 Every table here (the protocol's, the baselines', the benchmarks') is a header and rows of cells
-(:func:`markdown_table`, :func:`write_csv`); the plot of a table is :func:`table_plot`. Every PNG is saved
+(:func:`markdown_table`, :func:`write_csv`); the plot of a table is :func:`table_plot`; a measurement's
+``results.json`` and its README are :func:`write_report`. Every PNG is saved
 without the matplotlib version in its metadata (:func:`save`), so the same values give the same bytes.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
+import os
 from typing import Any, Optional, Sequence
 
 import numpy as np
+
+from rpr import records as records_lib
 
 RIGHT = "---:"  # a right-aligned column in :func:`markdown_table`'s ``align``
 
@@ -49,13 +54,12 @@ def write_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -
                      for row in rows)
 
 
-def write_text(text: str, path: Optional[str], echo: bool = True) -> None:
-  """Writes ``text`` to ``path`` (unless None) and prints it (if ``echo``)."""
-  if path:
-    with open(path, "w", encoding="utf-8") as f:
-      f.write(text)
-  if echo:
-    print(text)
+def write_report(out: str, data: dict, readme: str, record: str = "results.json") -> None:
+  """A measurement's folder: ``out/<record>`` (``data``, JSON) and ``out/README.md`` (``readme``, rendered from
+  ``data`` alone), each replaced atomically, so an interrupted run leaves the previous pair readable."""
+  os.makedirs(out, exist_ok=True)
+  records_lib.replace_lines(os.path.join(out, record), [json.dumps(data, indent=1)])
+  records_lib.replace_lines(os.path.join(out, "README.md"), [readme])
 
 
 def pyplot():

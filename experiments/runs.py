@@ -14,6 +14,7 @@ import re
 from typing import Any, Optional, Sequence
 
 from experiments import engine
+from rpr import records as records_lib
 
 
 @dataclasses.dataclass
@@ -46,8 +47,7 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
   """Every workdir matched by ``patterns`` that holds ``config.json`` and ``metrics.jsonl``, sorted by path with
   its numbers read as numbers (``k=2`` before ``k=16``, ``seed2`` before ``seed10``).
 
-  A step logged twice (a run restarted from an earlier checkpoint) keeps its later record
-  (:func:`rpr.records.dedupe`).
+  A step logged twice (a run restarted from an earlier checkpoint) keeps its later record (:func:`records`).
   """
   runs = []
   for workdir in sorted({p for pattern in patterns for p in glob.glob(pattern)}, key=natural_key):
@@ -56,10 +56,15 @@ def load_runs(patterns: Sequence[str]) -> list[RunRecord]:
       continue
     with open(config_path, encoding="utf-8") as f:
       raw = json.load(f)["config"]
-    with open(metrics_path, encoding="utf-8") as f:
-      records = engine.dedupe([json.loads(line) for line in f if line.strip()])
-    runs.append(RunRecord(workdir, flatten(engine.recorded_config(raw)), records))
+    runs.append(RunRecord(workdir, flatten(engine.recorded_config(raw)), records(workdir)))
   return runs
+
+
+def records(workdir: str) -> list[dict]:
+  """``workdir``'s metric records as logged (a step logged twice keeps its later record,
+  :func:`rpr.records.dedupe`); none before its first."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  return engine.dedupe(records_lib.read_jsonl(path)) if os.path.exists(path) else []
 
 
 def natural_key(text: str) -> tuple:

@@ -17,6 +17,7 @@ from absl import flags
 
 T = TypeVar("T")
 _ITEMS = {"tuple[int, ...]": int, "tuple[str, ...]": str}  # list fields, by annotation, and their item type
+_DEFINE = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float}
 
 
 def knob(default: Any, help: str) -> Any:  # pylint: disable=redefined-builtin
@@ -30,14 +31,8 @@ def define(cls: type, fv: flags.FlagValues = flags.FLAGS) -> None:
     helptext = f.metadata.get("help", f.name)
     if f.type in _ITEMS:
       flags.DEFINE_list(f.name, [str(v) for v in f.default], helptext, flag_values=fv)
-    elif isinstance(f.default, bool):
-      flags.DEFINE_bool(f.name, f.default, helptext, flag_values=fv)
-    elif isinstance(f.default, int):
-      flags.DEFINE_integer(f.name, f.default, helptext, flag_values=fv)
-    elif isinstance(f.default, float):
-      flags.DEFINE_float(f.name, f.default, helptext, flag_values=fv)
-    else:
-      flags.DEFINE_string(f.name, f.default, helptext, flag_values=fv)
+    else:  # by the default's own type (a bool is not taken for an int); a string or None otherwise
+      _DEFINE.get(type(f.default), flags.DEFINE_string)(f.name, f.default, helptext, flag_values=fv)
 
 
 def parse(cls: type[T], fv: flags.FlagValues = flags.FLAGS) -> T:

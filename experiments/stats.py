@@ -60,9 +60,9 @@ def cell(values: Sequence[float]) -> Cell:
   return Cell(int(v.size), mean, sd, float(low), float(high))
 
 
-def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float:
-  na, nb = len(a), len(b)
-  return math.sqrt(((na - 1) * np.var(a, ddof=1) + (nb - 1) * np.var(b, ddof=1)) / (na + nb - 2))
+def pooled_sd(*groups: Sequence[float]) -> float:
+  """The within-group SD pooled over ``groups`` (each of 2 or more values)."""
+  return math.sqrt(sum((len(v) - 1) * np.var(v, ddof=1) for v in groups) / sum(len(v) - 1 for v in groups))
 
 
 def mde(values: Sequence[float], reference: Sequence[float], alpha: float) -> float:
@@ -153,8 +153,7 @@ def budget_rule(values: Mapping[int, Mapping[str, Sequence[float]]]) -> tuple[li
     cells = sorted(set(values[small]) | set(values[large]))
     if any(len(values[b].get(c, ())) < 2 for b in (small, large) for c in cells):
       continue
-    runs = [values[large][c] for c in cells]
-    sd = math.sqrt(sum((len(v) - 1) * np.var(v, ddof=1) for v in runs) / sum(len(v) - 1 for v in runs))
+    sd = pooled_sd(*(values[large][c] for c in cells))
     means = {c: (float(np.mean(values[small][c])), float(np.mean(values[large][c]))) for c in cells}
     steps.append(BudgetStep(small, large, means, sd, all(abs(a - b) <= sd for a, b in means.values())))
   return steps, next((s.budget for s in steps if s.within), None)

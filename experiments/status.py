@@ -1,7 +1,5 @@
-"""What each run of a sweep is doing: done (from its workdir), else what its job says.
-
-  rows = status.status(jobs, folder)   # jobs: experiments.launch.Job; folder: the sweep's submitit folder
-  print(status.format_status(rows))
+"""What each run of a sweep is doing (:func:`status`, printed by :func:`format_status`; experiments/launch.py's
+docstring shows the call): done (from its workdir), else what its job says.
 
 A run is done when its workdir holds its last step with every final evaluation (:func:`finished`); else its
 state comes from ``folder/jobs.json`` (the launcher's record of each workdir's job), the job's result pickle,
@@ -21,8 +19,8 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import submitit
 
 from experiments import engine
+from experiments import runs as runs_lib
 from rpr import progress
-from rpr import records as records_lib
 
 if TYPE_CHECKING:
   from experiments.launch import Job
@@ -33,16 +31,10 @@ MANIFEST = "jobs.json"
 def finished(workdir: str, config) -> bool:
   """Whether ``workdir`` holds the run's last step (``num_train_steps``, or where the plateau rule stopped it) with
   the evaluation of every split the config evaluates there (none: the last step's log is enough)."""
-  records = _records(workdir)
+  records = runs_lib.records(workdir)
   end = engine.end_step(records, config.num_train_steps)
   last = {k: v for r in records if r["step"] >= end for k, v in r.items()}
   return bool(last) and all(f"{s}/loss" in last for s in engine.evaluated_splits(config))
-
-
-def _records(workdir: str) -> list[dict]:
-  path = os.path.join(workdir, "metrics.jsonl")
-  return records_lib.read_jsonl(path) if os.path.exists(path) else []
-
 
 
 def manifest(folder: str) -> dict:
@@ -70,7 +62,7 @@ def status(jobs: Sequence[Job], folder: str) -> list[Row]:
   slurm = {e["job_id"]: submitit.SlurmJob(folder, e["job_id"]) for e in jobs_of.values()
            if e.get("executor") == "slurm"}  # registered together: one sacct call asks for them all
   for job in jobs:
-    records = engine.dedupe(_records(job.workdir))
+    records = runs_lib.records(job.workdir)
     step = max((int(r["step"]) for r in records), default=None)
     entry = jobs_of.get(job.workdir, {})
     state = "done" if finished(job.workdir, job.config) else _job_state(entry, folder, bool(records), slurm)

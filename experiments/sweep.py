@@ -1,12 +1,5 @@
-"""Runs a named sweep (``configs/<task>.py``'s ``get_sweeps()``, read by experiments/sweeps.py), or prints each
-run's command.
-
-  python -m experiments sweep table2_cpu              # train every run here, one at a time (--workers N: N at once)
-  python -m experiments sweep table2_cpu --executor=slurm --partition=gpu --gpus_per_node=8   # a SLURM job array
-  python -m experiments sweep table2_cpu --status     # every run: queued, running, done, failed; step, ETA, log
-  python -m experiments sweep table2_cpu --print      # one `python run.py ...` line per run, for a cluster,
-                                                      # then the tables' command
-  python -m experiments sweep --list                  # the registered sweeps and their sizes
+"""Runs a named sweep (``configs/<task>.py``'s ``get_sweeps()``, read by experiments/sweeps.py), follows it
+(``--status``), or prints each run's command (``--print``); the commands: experiments/README.md, "Sweeps".
 
 Run from the repository root. Every run trains in its own workdir, ``<root>/<folder>/<run name>/seed<seed>``
 (``--root``, default ``workdirs/sweeps``); a cell that is another sweep's run with the same config (``Run.same_as``)
@@ -15,23 +8,18 @@ latest checkpoint, so re-running a sweep finishes whatever is left. A failing ru
 (exit status 1). Compiled programs are kept in a persistent JAX cache (``--compilation_cache``), so the seeds of
 one variant compile once. ``--print`` also prints the steps left, their hours, and the tables' command.
 
-Where the runs train is the launcher's (experiments/launch.py): each run a submitit job. ``--executor=local``
-(default) runs ``run.py`` processes, ``--workers N`` at once, each pinned to one core with one XLA:CPU thread
-(``--pin``); ``slurm`` submits one job array (``--partition``, ``--nodes``, ``--gpus_per_node``, ...); ``debug`` trains
-in this process. Each job's logs are in ``<root>/<folder>/submitit``; ``--status`` lists every run's state, step, ETA
-and log. With ``--workers N`` or ``slurm``, the files the runs share are made first. SIGTERM or Ctrl-C stops every
-local run after its current step (each saves a checkpoint) and ends the sweep with exit status 3
-(``rpr.stop.STOPPED``); the same command resumes it.
+Where the runs train, and how a signal stops them (exit status 3, ``rpr.stop.STOPPED``), is the launcher's
+(experiments/launch.py: each run a submitit job; its flags are :class:`launch.Options`); each job's logs are in
+``<root>/<folder>/submitit``. With ``--workers N`` or ``slurm``, the files the runs share are made first.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import statistics
 import sys
-from typing import Any, Optional, Sequence
+from typing import Sequence
 
 from absl import app
 from absl import flags
@@ -40,7 +28,9 @@ from absl import logging
 from experiments import engine
 from experiments import launch
 from experiments import settings
+from experiments import runs as runs_lib
 from experiments import status as status_lib
+from experiments.status import finished  # what the launcher skips, and --print comments out
 from experiments import sweeps
 from rpr import workdir as workdir_lib
 from rpr.stop import STOPPED
@@ -53,26 +43,13 @@ def load_config(run: sweeps.Run, root: str):
   return engine.load_config(run.config, run.variant, run.settings(root))
 
 
-def _flag_value(value: Any) -> str:
-  return shlex.quote(str(value))
-
-
 def command(run: sweeps.Run, root: str, sweep: str) -> str:
   """``python run.py --config=<file>[:<variant>] --workdir=<dir> --config.<key>=<value> ...``."""
   config = run.config + (f":{run.variant}" if run.variant else "")
   workdir = sweeps.get(sweep).workdir(run, root)
-  words = ["python", "run.py", f"--config={_flag_value(config)}", f"--workdir={_flag_value(workdir)}"]
-  words += [f"--config.{k}={_flag_value(v)}" for k, v in run.settings(root).items()]
+  words = ["python", "run.py", f"--config={shlex.quote(config)}", f"--workdir={shlex.quote(workdir)}"]
+  words += [f"--config.{k}={shlex.quote(str(v))}" for k, v in run.settings(root).items()]
   return " ".join(words)
-
-
-def _records(workdir: str) -> list[dict]:
-  """``workdir``'s metric records (a step logged twice keeps its later record); none before its first."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return []
-  with open(path, encoding="utf-8") as f:
-    return engine.dedupe([json.loads(line) for line in f if line.strip()])
 
 
 def _plateau_status(records: Sequence[dict], config) -> str:
@@ -102,7 +79,7 @@ def print_sweep(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> N
   rates, plateau_rule = {False: [], True: []}, False  # each run's step rate (_run_rate): in progress, finished
   for run in runs:
     workdir, config = sweep.workdir(run, root), load_config(run, root)
-    records = _records(workdir)
+    records = runs_lib.records(workdir)
     is_finished = finished(workdir, config)
     rates[is_finished] += [rate for rate in [_run_rate(records)] if rate]
     if is_finished:
@@ -146,9 +123,6 @@ def _time_left(steps: int, rates: dict[bool, list[float]], plateau_rule: bool) -
   rate = statistics.median(rates[False] or rates[True])
   return (f"{text}: {steps / rate / 3600:.1f} hours of one process at {rate:.2f} steps/s, the median step rate of "
           f"its {whose} (evaluations included; divide by the processes run side by side)")
-
-
-finished = status_lib.finished  # the launcher skips and reports the runs it finds finished
 
 
 def select(sweep: sweeps.Sweep, only=(), seeds=()) -> list[sweeps.Run]:

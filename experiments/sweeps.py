@@ -54,10 +54,6 @@ class Sweep:
   def workdir(self, run: Run, root: str) -> str:
     return run.workdir(root, self.folder)
 
-  def shared(self) -> tuple[str, ...]:
-    """The other sweeps' runs this one reads (``Run.same_as``), in order of first use."""
-    return tuple(dict.fromkeys(r.same_as for r in self.runs if r.same_as))
-
 
 def _load() -> dict[str, Sweep]:
   """Every sweep the config files of :data:`TASKS` declare.

@@ -35,7 +35,7 @@ BOOTSTRAP = "bootstrap.json"  # in OUT: each paired bootstrap's p under its two 
 
 def frame(table: Table, root: str = RESULTS) -> list[dict]:
   """One record per (cell, seed) of the finished runs: cell, seed, steps and the table's CSV metrics at the run's
-  last step (a run that has not reached its last step is left out)."""
+  last step (a run that has not reached its last step is left out), and the run (its curves, for :func:`plot`)."""
   out = []
   for row in table.rows:
     for run in runs_lib.load_runs([table.runs_of(row, root)]):
@@ -44,7 +44,7 @@ def frame(table: Table, root: str = RESULTS) -> list[dict]:
       if table.metric not in last:
         continue
       out.append({"cell": row.cell, "seed": run.seed, "steps": end,
-                  **{m: last.get(m) for m in dict.fromkeys((table.metric, *table.csv_metrics))}})
+                  **{m: last.get(m) for m in dict.fromkeys((table.metric, *table.csv_metrics))}, "run": run})
   return sorted(out, key=lambda r: ([x.cell for x in table.rows].index(r["cell"]), r["seed"]))
 
 
@@ -59,24 +59,20 @@ def markdown(table: Table, records: Sequence[dict], boot: Optional[dict] = None)
   f = lambda v: render.fmt(v, digits)  # noqa: E731
   rows = []
   for r in table.rows:
-    v = values[r.cell]
+    v, head = values[r.cell], [r.paper_row or "-", f"`{r.cell}`", f(r.paper)]  # the row, and the paper's beside it
     if not v:
-      rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), "no finished run", "", "", "", ""])
+      rows.append([*head, "no finished run", "", "", "", ""])
       continue
-    c = stats.cell(v)
+    c, cmp = stats.cell(v), comparisons.get(r.cell)
     ours = f"{f(c.mean)} ± {f((c.high - c.low) / 2)}" if c.n > 1 else f(c.mean)
     n = f"{c.n} ({'/'.join(f'{s:,}' for s in steps[r.cell])})"
     if r.cell == table.reference:
-      rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n, "reference", "", ""])
-      continue
-    cmp = comparisons.get(r.cell)
-    if cmp is None or math.isnan(cmp.p_holm):
-      rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n, f"{cmp.diff:+.{digits}f}" if cmp else "",
-                   "", "not tested (< 2 seeds a side)"])
-      continue
-    verdict = _said(table, cmp) if cmp.verdict != "not separated" else f"not separated (MDE {f(cmp.mde)})"
-    rows.append([r.paper_row or "-", f"`{r.cell}`", f(r.paper), ours, n,
-                 f"{cmp.diff:+.{digits}f} [{cmp.low:+.{digits}f}, {cmp.high:+.{digits}f}]", _p(cmp.p_holm), verdict])
+      compared = ["reference", "", ""]
+    elif cmp is None or math.isnan(cmp.p_holm):
+      compared = [f"{cmp.diff:+.{digits}f}" if cmp else "", "", "not tested (< 2 seeds a side)"]
+    else:
+      compared = [_interval(cmp, digits), _p(cmp.p_holm), _said(table, cmp, f"not separated (MDE {f(cmp.mde)})")]
+    rows.append([*head, ours, n, *compared])
   rows += [[name, "baseline", "", f(value), "", "", "", ""] for name, value in table.baselines]
   header = ["paper's row", "cell", "paper", "ours (mean ± 95% CI)", "n (steps)", f"vs `{table.reference}` [95% CI]",
             "Holm p", "verdict"]
@@ -93,11 +89,11 @@ def markdown(table: Table, records: Sequence[dict], boot: Optional[dict] = None)
   return text + (f"\n\n{table.note}" if table.note else "")
 
 
-def _said(table: Table, cmp) -> str:
-  """A comparison's verdict as a reader takes it: a separated one says whether the row is better or worse than the
-  reference (lower is better for a perplexity or a loss)."""
+def _said(table: Table, cmp, apart: str) -> str:
+  """A comparison's verdict as a reader takes it: ``apart`` where not separated; a separated one says whether the
+  row is better or worse than the reference (lower is better for a perplexity or a loss)."""
   if cmp.verdict == "not separated":
-    return cmp.verdict
+    return apart
   lower_better = any(m in table.metric for m in ("perplexity", "loss"))
   return f"{cmp.verdict} ({'better' if (cmp.diff < 0) == lower_better else 'worse'})"
 
@@ -123,9 +119,8 @@ def answers(shown: Sequence[tuple[Table, list]]) -> str:
     for cell in cells:
       cmp = comparisons.get(cell)
       if cmp is not None and cmp.verdict not in ("not tested",):
-        verdict = _said(table, cmp) if cmp.verdict != "not separated" else f"not separated from `{table.reference}`"
-        detail = f"{cmp.diff:+.2f} [{cmp.low:+.2f}, {cmp.high:+.2f}], p {_p(cmp.p_holm)}"
-        clauses.setdefault(verdict, []).append(f"`{cell}` ({detail})")
+        verdict = _said(table, cmp, f"not separated from `{table.reference}`")
+        clauses.setdefault(verdict, []).append(f"`{cell}` ({_interval(cmp)}, p {_p(cmp.p_holm)})")
     if clauses:
       said = "; ".join(f"{', '.join(c)}: {v}" for v, c in clauses.items())
       lines.append(f"- **{question}** ({table.title.split(' (')[0]}): {said}.")
@@ -134,13 +129,10 @@ def answers(shown: Sequence[tuple[Table, list]]) -> str:
 
 def decoded(table: Table, cell: str, root: str) -> dict[int, str]:
   """Seed -> its final-state test outputs (``<run>/decoded/<split>.txt.gz``), for the runs that kept them."""
-  split = table.metric.split("/")[0]
-  paths = {}
-  row = next(r for r in table.rows if r.cell == cell)
-  for path in glob.glob(table.runs_of(row, root)):
-    if os.path.exists(os.path.join(path, "decoded", f"{split}.txt.gz")):
-      paths[int(os.path.basename(path).removeprefix("seed"))] = os.path.join(path, "decoded", f"{split}.txt.gz")
-  return paths
+  outputs = os.path.join("decoded", f"{table.metric.split('/')[0]}.txt.gz")
+  runs = glob.glob(table.runs_of(next(r for r in table.rows if r.cell == cell), root))
+  return {int(os.path.basename(run).removeprefix("seed")): os.path.join(run, outputs) for run in runs
+          if os.path.exists(os.path.join(run, outputs))}
 
 
 def _lines(path: str) -> list[str]:
@@ -182,17 +174,14 @@ def test_references(run_dir: str) -> list[str]:
   return data.get_task(record.load(run_dir).data, run_dir).references("test")
 
 
-def plot(table: Table, records: Sequence[dict], root: str, path: str) -> None:
+def plot(table: Table, records: Sequence[dict], path: str) -> None:
   """The table's cells (:func:`render.table_plot`): final values per seed, and the validation curves."""
   curve = table.metric.replace("test/", "validation/")
   cells = []
   for row in table.rows:
-    finals = [r[table.metric] for r in records if r["cell"] == row.cell]
-    if not finals:
-      continue
-    runs = [r for r in runs_lib.load_runs([table.runs_of(row, root)])
-            if r.last(table.metric) is not None and any(r.seed == x["seed"] for x in records if x["cell"] == row.cell)]
-    cells.append((row.cell, finals, [runs_lib.series(r, curve) for r in runs]))
+    mine = [r for r in records if r["cell"] == row.cell]
+    if mine:
+      cells.append((row.cell, [r[table.metric] for r in mine], [runs_lib.series(r["run"], curve) for r in mine]))
   render.table_plot(path, table.title, table.metric, cells, table.baselines, curve)
 
 
@@ -210,6 +199,11 @@ def budget_section(root: str = RESULTS) -> str:
     decision = (f"the budget is {chosen:,} steps" if chosen else "no budget chosen yet: no judged pair holds")
     out.append(f"**Budget rule, `{folder}`** ({decision})\n\n" + render.markdown_table(header, rows))
   return "\n\n".join(out)
+
+
+def _interval(cmp, digits: int = 2) -> str:
+  """A row's difference to the reference with its 95% CI: ``+1.20 [+0.30, +2.10]``."""
+  return f"{cmp.diff:+.{digits}f} [{cmp.low:+.{digits}f}, {cmp.high:+.{digits}f}]"
 
 
 def _p(p: float) -> str:
@@ -253,7 +247,7 @@ def section(table: Table, root: str, out: str, cache: dict, references: Callable
   if records:
     columns = list(dict.fromkeys(("cell", "seed", "steps", table.metric, *table.csv_metrics)))
     render.write_csv(os.path.join(out, f"{table.name}.csv"), columns, [[r[c] for c in columns] for r in records])
-    plot(table, records, root, os.path.join(out, f"{table.name}.png"))
+    plot(table, records, os.path.join(out, f"{table.name}.png"))
     text += f"\n\n![{table.title}]({table.name}.png)"
   return text
 
@@ -268,8 +262,8 @@ def write(root: str = RESULTS, out: str = OUT) -> str:
             "over seeds ± the half-width of its 95% CI; each row against the reference row (Welch's difference, "
             "its 95% CI, Holm's p within the table, the minimum detectable effect at 80% power where not "
             "separated). The paper's numbers are WMT14 EN-DE BLEU: the shape, not the scale. A CSV per table.\n")
-  render.write_text("\n\n".join([header, budget_section(root), *sections]) + "\n", os.path.join(out, "README.md"),
-                    echo=False)
+  records_lib.replace_lines(os.path.join(out, "README.md"), ["\n\n".join([header, budget_section(root), *sections])
+                                                              + "\n"])
   if cache:
     records_lib.replace_lines(os.path.join(out, BOOTSTRAP), [json.dumps(cache, indent=1, sort_keys=True) + "\n"])
   return readme_block(tables, root, out)
@@ -280,21 +274,23 @@ def write_one(table: Table, root: str, out: str, command: str) -> str:
   plot; returns the Markdown."""
   os.makedirs(out, exist_ok=True)
   text = f"Generated by `{command}`.\n\n{section(table, root, out, {}, _not_cached)}\n"
-  render.write_text(text, os.path.join(out, "table.md"), echo=False)
+  records_lib.replace_lines(os.path.join(out, "table.md"), [text])
   return text
 
 
 def readme_copy(path: str = "README.md") -> str:
   """The README's copy of the tables (between :data:`MARKERS`)."""
+  return _block(path)[1].group(1).strip("\n")
+
+
+def _block(path: str) -> tuple[str, re.Match]:
+  """The README at ``path`` and its tables' block (between :data:`MARKERS`; ValueError if it has none)."""
   with open(path, encoding="utf-8") as f:
-    return _block(f.read(), path).group(1).strip("\n")
-
-
-def _block(text: str, path: str) -> re.Match:
+    text = f.read()
   match = re.search(re.escape(MARKERS[0]) + r"\n(.*?)" + re.escape(MARKERS[1]), text, re.S)
   if match is None:
     raise ValueError(f"{path} has no {MARKERS[0]} ... {MARKERS[1]} block to hold the tables")
-  return match
+  return text, match
 
 
 def define_flags() -> None:
@@ -311,10 +307,8 @@ def main(argv) -> None:
 
   fv = flags.FLAGS
   if fv.readme:
-    with open(fv.readme, encoding="utf-8") as f:
-      text = f.read()
     try:
-      match = _block(text, fv.readme)  # before any work: a README without the block is one line
+      text, match = _block(fv.readme)  # before any work: a README without the block is one line
     except ValueError as e:
       raise app.UsageError(str(e)) from None
   block = write(fv.root, fv.out)

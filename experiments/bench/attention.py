@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -166,8 +167,6 @@ def _compile_all(configs, length: int, s: Settings, batch: int) -> tuple[dict, d
 def run_length(configs, length: int, s: Settings, batch: int, repeats: int) -> dict:
   """Compiles every configuration at ``length``, then times the runnable ones in ``repeats`` interleaved rounds."""
   results, runnable = _compile_all(configs, length, s, batch)
-  wall = {k: [] for k in runnable}
-  cpu = {k: [] for k in runnable}
   inner = {}
   for key, (compiled, step_args) in runnable.items():  # warm-up; calls per sample so that a sample lasts
     for _ in range(max(s.warmup, 1)):                  # >= min_sample_s (short calls are noisy alone)
@@ -178,17 +177,9 @@ def run_length(configs, length: int, s: Settings, batch: int, repeats: int) -> d
     results[key]["calls_per_sample"] = inner[key]
   if length > 1024:  # fewer rounds where one call takes seconds to minutes
     repeats = max(s.min_repeats, min(repeats, round(repeats * (1024 / length) ** 2)))
-  order_rng = np.random.default_rng(length)
-  for _ in range(repeats):
-    # A fresh random order each round: no configuration always follows the same one (e.g. the materialising
-    # baseline, whose freed gigabytes the next call would fault back in).
-    for key in order_rng.permutation(list(runnable)):
-      compiled, step_args = runnable[key]
-      w0, c0 = time.perf_counter(), time.process_time()
-      for _ in range(inner[key]):
-        jax.block_until_ready(compiled(*step_args))
-      wall[key].append((time.perf_counter() - w0) / inner[key])
-      cpu[key].append((time.process_time() - c0) / inner[key])
+  calls = {key: lambda c=compiled, a=step_args: jax.block_until_ready(c(*a)) for key, (compiled, step_args)
+           in runnable.items()}
+  wall, cpu = interleaved(calls, repeats, length, inner)
   for key in runnable:
     results[key].update(wall_s=wall[key], cpu_s=cpu[key], wall_median_s=statistics.median(wall[key]),
                         cpu_median_s=statistics.median(cpu[key]))
@@ -199,6 +190,23 @@ def run_length(configs, length: int, s: Settings, batch: int, repeats: int) -> d
         add_ratios({key: entry, f"plain/{impl}": results.get(f"plain/{impl}", {})}, f"plain/{impl}",
                    "vs_plain_same_impl")
   return results
+
+
+def interleaved(calls: dict, rounds: int, seed: int, inner: Optional[dict] = None) -> tuple[dict, dict]:
+  """Wall and CPU seconds per call of each of ``calls`` (key -> a call that blocks until its result is ready), a
+  list of ``rounds`` samples each: every round times each call once (``inner[key]`` calls a sample), in a fresh
+  random order from ``seed``, so that no call always follows the same one (e.g. the materialising baseline, whose
+  freed gigabytes the next call would fault back in) and load from other processes hits them alike."""
+  wall, cpu, order_rng = {k: [] for k in calls}, {k: [] for k in calls}, np.random.default_rng(seed)
+  for _ in range(rounds):
+    for key in order_rng.permutation(list(calls)):
+      n = (inner or {}).get(key, 1)
+      w0, c0 = time.perf_counter(), time.process_time()
+      for _ in range(n):
+        calls[key]()
+      wall[key].append((time.perf_counter() - w0) / n)
+      cpu[key].append((time.process_time() - c0) / n)
+  return wall, cpu
 
 
 def add_ratios(results: dict, reference: str, field: str) -> None:
@@ -278,25 +286,20 @@ def model_step(s: Settings) -> dict:
     steps, out = {}, {"batch": s.model_batch, "length": s.model_length, "preset": s.model_preset,
                       "implementation": s.model_implementation}
     for position in ("sinusoidal", "shaw"):
-      _, model = engine.preset_model(s.model_preset, position=position, max_length=max(256, s.model_length),
-                                     attention_implementation=s.model_implementation)
+      model = engine.preset_model(s.model_preset, position=position, max_length=max(256, s.model_length),
+                                  attention_implementation=s.model_implementation)
       tx = optax.adam(1e-4)
-      state = engine.init_state(jax.random.PRNGKey(0), model, tx, s.model_length, s.model_length)
-      step = jax.jit(lambda st, b, model=model, tx=tx: engine.train_step(
+      state = engine.steps().init_state(jax.random.PRNGKey(0), model, tx, s.model_length, s.model_length)
+      step = jax.jit(lambda st, b, model=model, tx=tx: engine.steps().train_step(
           st, b, model=model, tx=tx, schedule=lambda i: 1e-4, label_smoothing=0.1))
       compiled = step.lower(state, batch).compile()
       out[f"{position}_memory"] = machine.peak_bytes(compiled)
       steps[position] = (compiled, state)
-    times = {p: [] for p in steps}
-    for p, (compiled, state) in steps.items():
-      jax.block_until_ready(compiled(state, batch))
-    order_rng = np.random.default_rng(s.model_length)
-    for _ in range(s.model_repeats):
-      for p in order_rng.permutation(list(steps)):  # a fresh order each round, as for the attention configs
-        compiled, state = steps[p]
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(state, batch))
-        times[p].append(time.perf_counter() - t0)
+    calls = {p: lambda c=compiled, st=state: jax.block_until_ready(c(st, batch)) for p, (compiled, state)
+             in steps.items()}
+    for call in calls.values():  # warm-up
+      call()
+    times, _ = interleaved(calls, s.model_repeats, s.model_length)  # as the attention configs are timed
     out.update({f"{p}_wall_s": t for p, t in times.items()})
     ratios = [a / b for a, b in zip(times["shaw"], times["sinusoidal"])]
     out["ratio_wall"] = statistics.median(ratios)

@@ -4,18 +4,9 @@
     python -m experiments bench attention --quick         # smoke run: tiny shapes, two lengths
     python -m experiments bench attention --report_only --out DIR   # README.md again from DIR/results.json
 
-What is measured and how: :mod:`experiments.bench.attention` (the flags are
-its ``Settings``). Configurations whose peak-memory estimate exceeds
-``--memory_budget_gb`` are compiled for the estimate but not run;
-``--long_length`` times the chunked path at one long length (batch 1);
-``--rss_lengths`` cross-checks the estimate with the peak resident set size
-of a fresh process running one call; ``--model_step`` times a whole training
-step with Shaw over sinusoidal positions.
-
-Writes ``results.json`` and ``README.md``
-to ``--out`` (default ``experiments/results/bench``, or ``.../bench/quick``
-with ``--quick``), after each length, so partial results survive an
-interruption.
+What is measured and how: :mod:`experiments.bench.attention`; each flag is a field of its ``Settings``, declared
+there with its help (``--helpshort``). Writes ``results.json`` and ``README.md`` to ``--out`` after each length, so
+partial results survive an interruption.
 
 ``README.md`` is rendered from the recorded data alone (:func:`write`, its targets judged by
 :func:`check_targets`), so a committed ``results.json`` re-renders its README with ``--report_only``;
@@ -28,8 +19,6 @@ import dataclasses
 import datetime
 import json
 import os
-import shlex
-import sys
 
 from absl import app
 from absl import flags
@@ -126,9 +115,6 @@ def _long_and_rss(data: dict) -> list[str]:
 
 def write(data: dict, out_dir: str) -> None:
   """Writes ``results.json`` (``data``) and ``README.md`` (with ``notes.md`` of ``out_dir`` appended) to ``out_dir``."""
-  os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, "results.json"), "w") as f:
-    json.dump(data, f, indent=1)
   lengths = sorted(data["lengths"], key=int)
   lines = _header(data)
   if lengths:  # a model-step-only run (--lengths '') has no attention tables
@@ -142,8 +128,7 @@ def write(data: dict, out_dir: str) -> None:
   if os.path.exists(notes):
     with open(notes) as f:
       lines += [f.read().strip(), ""]
-  with open(os.path.join(out_dir, "README.md"), "w") as f:
-    f.write("\n".join(lines))
+  render.write_report(out_dir, data, "\n".join(lines))
 
 
 def check_targets(data: dict) -> list[str]:
@@ -241,6 +226,6 @@ def main(argv) -> None:
     data["targets"] = check_targets(data)
     write(data, out)
     return
-  data = run(s, out, "python -m experiments " + shlex.join(sys.argv[1:]))
+  data = run(s, out, machine.command())
   print("\n".join(data["targets"]))
   print(f"wrote {out}/results.json and README.md")

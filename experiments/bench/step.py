@@ -1,5 +1,5 @@
 """The training step of the translation and LM configs: steps a second, model FLOPs, share of the matmul peak,
-memory, and bfloat16's loss beside float32's .
+memory, and bfloat16's loss beside float32's.
 
     python -m experiments bench step                       # every case, 2 rounds, 2 cores
     python -m experiments bench step --cases translation/shaw --steps 50 --rounds 1 --out /tmp/x
@@ -10,11 +10,9 @@ the rounds interleave the cases, and the README gives each case's median over it
 run.py's allocator setting (rpr/malloc.py). ``--baseline DIR`` measures each case in another checkout too, at the
 same time on the other core, and gives the ratios. Stop other work on the machine first: the numbers are rates.
 
-What one measurement is (``measure``, run in a process of its own):
-
-One measurement (:func:`measure`) runs in a process of its own, pinned to one core as the sweeps' runs are:
-it builds the config's task, model and optimizer as ``rpr.train`` does, compiles the step for every batch shape
-the timed steps meet, then trains ``steps`` steps from the first batch on, host batches included, and times them.
+One measurement (:func:`measure`) builds the config's task, model and optimizer as ``rpr.train`` does, compiles
+the step for every batch shape the timed steps meet, then trains ``steps`` steps from the first batch on, host
+batches included, and times them.
 
 * FLOPs: XLA's cost analysis of each compiled step (``compiled.cost_analysis()["flops"]``), weighted by how
   often the timed steps met its batch shape. XLA:CPU does not rematerialise, so these are the model's FLOPs,
@@ -35,12 +33,12 @@ import functools
 import json
 import os
 import resource
-import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import timeit
 
 from absl import app
 from absl import flags
@@ -79,14 +77,8 @@ def matmul_peak(n: int = 2048, dtype: str = "float32", repeats: int = 10) -> flo
   x = jnp.asarray(np.random.default_rng(0).normal(size=(n, n)), dtype)
   dot = jax.jit(lambda a, b: a @ b)
   dot(x, x).block_until_ready()
-  best = min(_timed(lambda: dot(x, x).block_until_ready()) for _ in range(repeats))
+  best = min(timeit.repeat(lambda: dot(x, x).block_until_ready(), repeat=repeats, number=1))
   return 2 * n ** 3 / best
-
-
-def _timed(fn) -> float:
-  t0 = time.perf_counter()
-  fn()
-  return time.perf_counter() - t0
 
 
 def measure(case: Case, steps: int) -> dict:
@@ -103,11 +95,11 @@ def measure(case: Case, steps: int) -> dict:
       config, tempfile.mkdtemp(prefix="bench_step_"), mesh.size)
   replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
   first = task.train_batch(0, slice(0, 1))
-  init_fn = functools.partial(engine.init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
+  init_fn = functools.partial(engine.steps().init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
                               target_length=first["targets"].shape[1])
   init = jax.jit(init_fn, out_shardings=replicated)
   state = init(jax.random.PRNGKey(config.seed))
-  step_fn = jax.jit(functools.partial(engine.train_step, model=model, tx=tx, schedule=schedule,
+  step_fn = jax.jit(functools.partial(engine.steps().train_step, model=model, tx=tx, schedule=schedule,
                                       label_smoothing=config.label_smoothing),
                     in_shardings=(replicated, rows), out_shardings=(replicated, replicated), donate_argnums=0)
   batches = [host_batch(task, s, mesh) for s in range(steps)]
@@ -222,9 +214,6 @@ def table(records: list[dict]) -> str:
 
 
 def write(data: dict, out: str) -> None:
-  os.makedirs(out, exist_ok=True)
-  with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as f:
-    json.dump(data, f, indent=1)
   text = (f"# Training step\n\nMade by `{data['command']}` on {data['date']} ({data['machine']['cpu']}, "
           f"{data['machine']['cores']} cores), {data['steps']} steps a measurement, median of {data['rounds']} "
           "rounds, one process per core, two at once.\n\n" + table(data["records"]) + "\n")
@@ -232,8 +221,7 @@ def write(data: dict, out: str) -> None:
     text += (f"\nAgainst the checkout {data['baseline']} (commit {data['baseline_commit']}, GLIBC_TUNABLES="
              f"'{data['baseline_glibc_tunables']}'), measured at the same time on the other core, cores swapped from "
              "round to round:\n\n" + ratios(data["records"]) + "\n")
-  with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
-    f.write(text)
+  render.write_report(out, data, text)
 
 
 def main(argv):
@@ -246,7 +234,7 @@ def main(argv):
                 FLAGS.baseline_glibc_tunables)
   commit = lambda root: subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True,
                                        text=True).stdout.strip()
-  write({"command": "python -m experiments bench step " + shlex.join(sys.argv[1:]), "commit": commit(machine.ROOT),
+  write({"command": machine.command(), "commit": commit(machine.ROOT),
          "baseline": FLAGS.baseline, "baseline_glibc_tunables": FLAGS.baseline_glibc_tunables,
          "baseline_commit": commit(FLAGS.baseline) if FLAGS.baseline else "",
          "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine.machine(),

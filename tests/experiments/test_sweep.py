@@ -199,7 +199,7 @@ def test_print_says_how_far_a_run_in_progress_is_from_its_plateau_rule(tmp_path)
   config = sweep_lib.load_config(sweeps.get("length_tiny").runs[0], str(tmp_path))
   config.plateau_metric, config.plateau_min_steps, config.plateau_window = "valid/loss", 40, 0.5
   config.plateau_min_gain, config.plateau_smoothing = 0.2, 2
-  records = lambda: sweep_lib._records(str(tmp_path))  # pylint: disable=protected-access
+  records = lambda: runs_lib.records(str(tmp_path))
   status = lambda: sweep_lib._plateau_status(records(), config)  # pylint: disable=protected-access
   assert status() == ""  # no records
   (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 5, "train/loss": 4.0}) + "\n")
