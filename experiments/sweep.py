@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import shlex
 import statistics
-import sys
 from typing import Sequence
 
 from absl import app
@@ -219,9 +218,3 @@ def main(argv) -> int:
     logging.info("Tables: %s", tables_command(root))
   return 1 if outcome["failed"] else 0
 
-
-if __name__ == "__main__":  # the pilots' old command, python -m experiments.sweep ...: the app's sweep verb
-  sys.argv.insert(1, "sweep")
-  from experiments.__main__ import main as app_main
-
-  app_main()

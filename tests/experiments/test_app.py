@@ -59,15 +59,3 @@ def test_the_running_pilot_resumes_in_the_same_workdirs_under_the_new_command():
   workdirs = {sweep.workdir(r, "experiments/results") for r in sweep.runs}
   assert workdirs == {f"experiments/results/pilot/translation/{cell},steps={b}/seed{s}"
                       for cell in ("shaw", "sinusoidal") for b in (4000, 8000, 16000, 32000) for s in (0, 1)}
-
-
-def test_the_old_sweep_command_is_the_sweep_verb():
-  # The pilots were started as python -m experiments.sweep: re-running that command resumes them the same way.
-  proc = subprocess.run([sys.executable, "-m", "experiments.sweep", "translation_pilot", "--print", "--root",
-                         "experiments/results"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  new = _run("sweep", "translation_pilot", "--print", "--root", "experiments/results")
-  commands = lambda out: [line for line in out.splitlines() if "--workdir=" in line]  # not a live run's step
-  assert commands(proc.stdout) and commands(proc.stdout) == commands(new.stdout)
-  workdir = "/".join(["experiments", "results", "pilot", "translation", "shaw,steps=4000", "seed0"])
-  assert f"--workdir={workdir}" in new.stdout
