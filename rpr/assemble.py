@@ -8,6 +8,11 @@ the checkpoints and the loop's schedule from :class:`~rpr.config.Budget`, the
 evaluation and its decoders from :class:`~rpr.config.Eval`. :class:`Run`
 hands the loop (:mod:`rpr.loop`) the pieces, built: the compiled steps, the
 plateau rule, the evaluation (:class:`rpr.evaluation.Evaluation`).
+
+The run's ``config.json`` is read and written here too: the workdir's history
+is checked against the config before anything is built
+(:func:`rpr.record.check_resume`, which hands back the config as recorded),
+and that record is written once the state has restored.
 """
 
 from __future__ import annotations
@@ -53,9 +58,15 @@ class Run:
   records: list  # metrics.jsonl up to the restored step, then what this run writes (process 0; [] elsewhere)
 
 
-def prepare(config: RunConfig, workdir: str, mesh: Mesh, restore_unverified: bool = False) -> Run:
-  """Builds the task and model, restores the newest checkpoint that restores (or initialises), writes
+def prepare(config: RunConfig, workdir: str, mesh: Mesh, allow_config_change=(), restore_unverified: bool = False,
+            trust_checkpoints: bool = False) -> Run:
+  """Checks the workdir's history against ``config`` before anything is built (:func:`rpr.record.check_resume`,
+  with ``allow_config_change`` and ``trust_checkpoints``), builds the task and model, restores the newest checkpoint
+  that restores (or initialises; ``restore_unverified``: see :class:`rpr.checkpoint.Checkpoints`), and writes
   ``config.json`` after the restore (a workdir that does not restore stays as it was)."""
+  # The config as config.json records it: the one checked here, written below once the run has restored.
+  as_recorded = record.check_resume(config, workdir, allow_config_change, trust_checkpoints=trust_checkpoints)
+  rule = config.budget.plateau_rule()
   task = data.get_task_once(config.data, workdir, mesh.size)
   # The run's model and its evaluation variant (no dropout), both derived from the typed config, then built.
   model_config = config.model.replace(vocab_size=task.vocab.size)
@@ -84,7 +95,7 @@ def prepare(config: RunConfig, workdir: str, mesh: Mesh, restore_unverified: boo
     state = jax.jit(init_fn, out_shardings=replicated)(rng)
     n = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     logging.info("Initialised %s parameters on %d device(s).", f"{n:,}", mesh.size)
-  recorded = record.write(workdir, {"config": config.to_dict(), "model_config": model_config.to_dict()})
+  recorded = record.write(workdir, {"config": as_recorded, "model_config": model_config.to_dict()})
   smoothing = config.optim.label_smoothing
   step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx, schedule=schedule, label_smoothing=smoothing),
                     in_shardings=(replicated, batch_sharding), out_shardings=(replicated, replicated),
@@ -102,7 +113,6 @@ def prepare(config: RunConfig, workdir: str, mesh: Mesh, restore_unverified: boo
   evaluator = evaluation.Evaluation(config.eval, workdir, task, mesh, eval_fn, predict_fn, final_predict_fn,
                                     model_config.max_length, ckpt, abstract)
   kept = records.continued(os.path.join(workdir, "metrics.jsonl"), int(state.step))
-  rule = config.budget.plateau_rule()
   batch = functools.partial(sharding.host_batch, task, mesh=mesh)
   return Run(workdir, config.budget, rule, recorded, task, model_config, state, ckpt, step_fn, batch, evaluator,
              kept)

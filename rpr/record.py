@@ -115,7 +115,7 @@ def _flat(tree: dict, prefix: str = "") -> dict:
 
 
 def check_resume(config: RunConfig, workdir: str, allow_changes=(), quiet: bool = False,
-                 trust_checkpoints: bool = False) -> None:
+                 trust_checkpoints: bool = False) -> dict:
   """Refuses to go on in ``workdir`` with a config that differs from its ``config.json`` in an unsafe key, or from
   a history that cannot be resumed.
 
@@ -132,6 +132,9 @@ def check_resume(config: RunConfig, workdir: str, allow_changes=(), quiet: bool 
   records aside, and that is the user's call, not a rerun's.
   A change of the recorded environment (:func:`rpr.provenance.environment`) is logged.
   ``quiet``: nothing is logged.
+
+  Returns the config as ``config.json`` records it (:meth:`~rpr.config.RunConfig.to_dict`), the one compared here,
+  for :func:`write` once the run has restored.
   """
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f"--workdir {workdir!r} is a file; allowed: a directory (created if missing)")
@@ -143,7 +146,7 @@ def check_resume(config: RunConfig, workdir: str, allow_changes=(), quiet: bool 
     held = f"checkpoints (steps {', '.join(map(str, steps))})" if steps else "metrics.jsonl"
     raise ConfigError(f"--workdir {workdir!r} holds {held} but no config.json, so what trained them is unknown; "
                       "allowed: pass --trust_checkpoints to go on with this config, or use a new --workdir")
-  new, old, record = _flat(json.loads(json.dumps(config.to_dict()))), {}, {}
+  new, old, record = _flat(json.loads(json.dumps(recorded := config.to_dict()))), {}, {}
   if resumed:
     try:
       with open(path, encoding="utf-8") as f:
@@ -173,12 +176,12 @@ def check_resume(config: RunConfig, workdir: str, allow_changes=(), quiet: bool 
       raise workdir_lib.Unusable(f"--workdir {workdir!r} holds a finished run (metrics.jsonl to step {last}) but no "
                                  "checkpoint, so there is nothing to resume; allowed: a new --workdir, or move "
                                  "metrics.jsonl away to train it again from step 0")
-  if quiet:
-    return
-  for k in changed:
-    log = logging.info if k in safe else logging.warning
-    log("Resuming %s with config.%s changed: %s -> %s.", workdir, k, show(old, k), show(new, k))
-  for k, v in provenance.environment().items():
-    if k in record and record[k] != v and k not in provenance.SAME_NUMBERS:
-      logging.warning("Resuming %s with %s %r, recorded %r: the run goes on, but may not repeat a straight run bit "
-                      "for bit.", workdir, k, v, record[k])
+  if not quiet:
+    for k in changed:
+      log = logging.info if k in safe else logging.warning
+      log("Resuming %s with config.%s changed: %s -> %s.", workdir, k, show(old, k), show(new, k))
+    for k, v in provenance.environment().items():
+      if k in record and record[k] != v and k not in provenance.SAME_NUMBERS:
+        logging.warning("Resuming %s with %s %r, recorded %r: the run goes on, but may not repeat a straight run "
+                        "bit for bit.", workdir, k, v, record[k])
+  return recorded

@@ -17,9 +17,9 @@ a checkpoint after the current step and return. A non-finite loss, gradient
 or parameter stops training with :class:`NonFiniteError` before that state
 is saved, so the latest checkpoint stays the last good one.
 
-What a run needs is built in :mod:`rpr.assemble` and trained in
-:mod:`rpr.loop`; this module holds the run's frame: the workdir's lock, the
-resume checks (:func:`rpr.record.check_resume`), this process's span in
+What a run needs is built in :mod:`rpr.assemble` (after the resume checks,
+:func:`rpr.record.check_resume`) and trained in :mod:`rpr.loop`; this module
+holds the run's frame: the workdir's lock, this process's span in
 ``processes.jsonl`` (:class:`rpr.workdir.Span`), the writer and the clean-up.
 """
 
@@ -34,7 +34,6 @@ from rpr import assemble
 from rpr import failures
 from rpr import loop
 from rpr import provenance
-from rpr import record
 from rpr import stop
 from rpr import workdir as workdir_lib
 from rpr import writers
@@ -66,8 +65,7 @@ def train_and_evaluate(config: RunConfig, workdir: str, allow_config_change=(), 
   mesh = make_mesh()
   t0, environment = time.time(), provenance.environment()
   with stop.handle_signals(), (workdir_lib.lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()):
-    record.check_resume(config, workdir, allow_config_change, trust_checkpoints=trust_checkpoints)
-    run = assemble.prepare(config, workdir, mesh, restore_unverified)
+    run = assemble.prepare(config, workdir, mesh, allow_config_change, restore_unverified, trust_checkpoints)
     # This process's span, committed with the records (processes.jsonl): after each save, and at its end.
     span = workdir_lib.Span(workdir, t0, int(run.state.step), environment, writes=jax.process_index() == 0)
     writer = writers.create(workdir, jax.process_index(), config.budget.tensorboard)

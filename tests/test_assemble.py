@@ -37,3 +37,16 @@ def test_a_decoder_only_model_on_a_data_set_with_inputs_is_refused_before_any_fi
   with pytest.raises(ConfigError, match="num_encoder_layers = 0 does not fit"):
     assemble.prepare(parse(config), str(tmp_path / "run"), make_mesh())
   assert not os.path.exists(tmp_path / "run")
+
+
+def test_prepare_checks_the_workdir_before_building_and_records_the_config_it_checked(tmp_path):
+  workdir = tmp_path / "run"
+  assemble.prepare(parse(tiny_config(**FAST)), str(workdir), make_mesh())
+  before = {p.name: p.read_bytes() for p in workdir.iterdir() if p.is_file()}
+  changed = parse(tiny_config(**dict(FAST, learning_rate=1e-3)))
+  with pytest.raises(ConfigError, match="learning_rate"):
+    assemble.prepare(changed, str(workdir), make_mesh())
+  assert {p.name: p.read_bytes() for p in workdir.iterdir() if p.is_file()} == before  # refused before any write
+  run = assemble.prepare(changed, str(workdir), make_mesh(), allow_config_change=("learning_rate",))
+  on_disk = json.loads((workdir / "config.json").read_text())["config"]
+  assert on_disk == json.loads(json.dumps(changed.to_dict())) and run.recorded["config"] == changed.to_dict()
