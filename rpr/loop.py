@@ -67,10 +67,8 @@ def _evaluate_and_write(run: Run, writer, step: int, final: bool) -> dict[str, f
       results["plateau/gain"] = gain
     reached = _agreed(reached)
   if results:
-    writer.write_scalars(step, results)
-    run.records.append({"step": step, **results})
-    logging.info("eval step %d (%.1fs): %s", step, time.time() - t0,
-                 ", ".join(f"{k} {v:.4f}" for k, v in results.items()))
+    _write(run, writer, step, results)
+    logging.info("eval step %d (%.1fs): %s", step, time.time() - t0, _listed(results))
   if reached:
     results.update(_finish_at_plateau(run, writer, step))
   return results
@@ -94,22 +92,30 @@ def _finish_at_plateau(run: Run, writer, step: int) -> dict[str, float]:
                run.rule.metric)
   t0 = time.time()
   results = {**run.evaluation.final(run.state.params, step), "plateau/reached": 1.0}
-  writer.write_scalars(step, results)
-  run.records.append({"step": step, **results})
-  logging.info("final eval step %d (%.1fs): %s", step, time.time() - t0,
-               ", ".join(f"{k} {v:.4f}" for k, v in results.items()))
+  _write(run, writer, step, results)
+  logging.info("final eval step %d (%.1fs): %s", step, time.time() - t0, _listed(results))
   return results
 
 
 def _log(run: Run, writer, history: list, done: int, rate: float) -> dict[str, float]:
   summary = {**_summarise(history), "train/steps_per_sec": rate}
   failures.warn_if_loss_grew(run.records, done, summary["train/loss"], run.task.vocab.size)
-  writer.write_scalars(done, summary)
-  run.records.append({"step": done, **summary})
+  _write(run, writer, done, summary)
   steps = run.budget.num_train_steps
   logging.info("step %d/%d: loss %.4f, accuracy %.4f, %.2f steps/s, ETA %s", done, steps, summary["train/loss"],
                summary["train/accuracy"], rate, _eta((steps - done) / max(rate, 1e-9)))
   return summary
+
+
+def _write(run: Run, writer, step: int, results: dict[str, float]) -> None:
+  """``results`` of ``step`` to the writer (metrics.jsonl, TensorBoard) and to the run's records (the plateau rule's
+  history), in that order: a record is in memory only once it is written."""
+  writer.write_scalars(step, results)
+  run.records.append({"step": step, **results})
+
+
+def _listed(results: dict[str, float]) -> str:
+  return ", ".join(f"{k} {v:.4f}" for k, v in results.items())
 
 
 def train(run: Run, writer, on_save: Callable[[int], None] = lambda step: None) -> dict[str, float]:
