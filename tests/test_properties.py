@@ -444,7 +444,7 @@ BAD_VALUES = [
     bad("model.t5.num_buckets", ints_below(2), ("model.position", "t5")),
     bad(("model.t5.num_buckets<unused scheme>", st.just("model.t5.num_buckets")),
         st.integers(max_value=1)),  # the options of schemes the model does not use too
-    bad("model.t5.bucket_max_distance", ints_below(TINY["model"]["t5"]["num_buckets"]), ("model.position", "t5")),
+    bad("model.t5.horizon", ints_below(TINY["model"]["t5"]["num_buckets"]), ("model.position", "t5")),
     bad("model.rope.rope_base", st.one_of(st.floats(max_value=1.0), st.just(math.nan), st.none(),
                                           st.text(max_size=3), st.booleans()), ("model.position", "rope")),
     bad(("model.rope.rope_base=<inf>", st.just("model.rope.rope_base")),

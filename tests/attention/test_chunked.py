@@ -377,7 +377,7 @@ def test_plain_matches_dense(x64, rng):
           lambda q, kk, v: chunked_attention(q, kk, v, **BLOCKS), (q, kk, v), g)
 
 
-T5_OPTIONS = dict(num_buckets=8, bucket_max_distance=16)
+T5_OPTIONS = dict(num_buckets=8, horizon=16)
 
 
 @pytest.mark.parametrize("scheme,options,causal", [
@@ -537,7 +537,7 @@ def test_bad_arguments_raise(rng, kw, match):
 # The layer: implementation="chunked" is a drop-in for "dense" with the same parameters.
 
 
-OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, bucket_max_distance=16)}
+OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, horizon=16)}
 
 
 # Every registered scheme the layer takes by name (those acting in attention, and none; the absolute ones act

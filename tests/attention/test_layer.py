@@ -26,7 +26,7 @@ from rpr.attention import MultiHeadAttention
 SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "rope", "alibi", "alibi_directional")
 F, H, L = 8, 2, 5  # features, heads (head_dim 4), length
 # The options of the schemes that have some; the others take their defaults.
-OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, bucket_max_distance=16)}
+OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, horizon=16)}
 MAX_LENGTH = 16
 WINDOW = 2
 
