@@ -124,7 +124,7 @@ def make_step(config, length: int, batch: int, s: Settings, seed: int = 0):
                                       block_q=s.block_q, block_k=s.block_k)
       from rpr.attention.reference import shaw_attention_reference
       rel = terms.relative
-      return shaw_attention_reference(q, k, v, rel.key_table, rel.value_table, rel.max_distance)
+      return shaw_attention_reference(q, k, v, rel.key_table, rel.value_table)
     return scheme.apply(params, q, k, v, method=body)
 
   def loss(params, q, k, v):

@@ -137,9 +137,9 @@ def fast_and_reference(q, k, v, table_pairs, mask, ids, *, max_distance, offset)
   """(fast, reference) outputs and weights for each (key_table, value_table) pair, in one compilation."""
   results = []
   for kt, vt in table_pairs:
-    relative = attn.Relative(max_distance, kt, vt, offset, ids)
+    relative = attn.Relative(kt, vt, offset, ids)
     results.append((attn.dot_product_attention(q, k, v, mask=mask, relative=relative, return_weights=True),
-                    reference.shaw_attention_reference(q, k, v, kt, vt, max_distance, offset, mask, ids,
+                    reference.shaw_attention_reference(q, k, v, kt, vt, offset, mask, ids,
                                                        return_weights=True)))
   return results
 
@@ -193,7 +193,7 @@ def test_shaw_matches_loop_when_k_exceeds_every_distance(x64, rng, offset, nq, n
   # k = 9 on a few positions: only the rows the lengths can reach are used (the tables get cut).
   q, k, v = qkv(rng, nq=nq, nk=nk)
   reach = max(nq - 1 + offset, nk - 1 - offset)
-  relative = attn.Relative(9, *map(as_jnp, tables(rng, "shared", "both", rows=19)), offset)
+  relative = attn.Relative(*map(as_jnp, tables(rng, "shared", "both", rows=19)), offset)
   cut = relative.within(nq, nk)
   assert cut.max_distance == reach < 9 and cut.key_table.shape[0] == cut.value_table.shape[0] == 2 * reach + 1
   np.testing.assert_array_equal(cut.key_table, relative.key_table[9 - reach:9 + reach + 1])
@@ -203,12 +203,12 @@ def test_shaw_matches_loop_when_k_exceeds_every_distance(x64, rng, offset, nq, n
 
 def test_within_keeps_the_tables_when_the_lengths_reach_k_or_the_offset_is_traced():
   table = jnp.ones((11, 4))
-  relative = attn.Relative(5, table, table)
+  relative = attn.Relative(table, table)
   assert relative.within(6, 6) is relative  # distance 5 is reachable
   assert relative.within(4, 4).max_distance == 3
-  traced = jax.jit(lambda t: attn.Relative(5, table, table, t).within(4, 4).max_distance)
+  traced = jax.jit(lambda t: attn.Relative(table, table, t).within(4, 4).max_distance)
   assert traced(jnp.int32(0)) == 5
-  ids = attn.Relative(0, jnp.ones((3, 4)), None, 0, jnp.zeros((2, 2), jnp.int32))
+  ids = attn.Relative(jnp.ones((3, 4)), None, 0, jnp.zeros((2, 2), jnp.int32))
   assert ids.within(2, 2) is ids
 
 
@@ -250,9 +250,9 @@ def test_gradients_match_reference(x64, rng, case):
     return lambda *a: jnp.sum(fn(*a) * cotangent)
 
   fast = loss(lambda q, k, v, kt, vt: attn.dot_product_attention(
-      q, k, v, mask=as_jnp(mask), relative=attn.Relative(kd, kt, vt, off, as_jnp(ids))))
+      q, k, v, mask=as_jnp(mask), relative=attn.Relative(kt, vt, off, as_jnp(ids))))
   slow = loss(lambda q, k, v, kt, vt: reference.shaw_attention_reference(
-      q, k, v, kt, vt, kd, off, as_jnp(mask), as_jnp(ids)))
+      q, k, v, kt, vt, off, as_jnp(mask), as_jnp(ids)))
   args = tuple(map(jnp.asarray, (q, k, v, kt, vt)))
   grads = jax.jit(lambda *a: (jax.grad(fast, argnums=range(5))(*a), jax.grad(slow, argnums=range(5))(*a)))(*args)
   for name, g_fast, g_slow in zip(("query", "key", "value", "key_table", "value_table"), *grads):
@@ -266,7 +266,7 @@ def test_gradients_match_reference(x64, rng, case):
 
 @functools.partial(jax.jit, static_argnames=("max_distance", "offset"))
 def shaw(q, k, v, kt, vt, mask=None, *, max_distance, offset=0):
-  return attn.dot_product_attention(q, k, v, mask=mask, relative=attn.Relative(max_distance, kt, vt, offset))
+  return attn.dot_product_attention(q, k, v, mask=mask, relative=attn.Relative(kt, vt, offset))
 
 
 @pytest.mark.parametrize("offset,nq", [(0, 7), (6, 1)])
@@ -292,7 +292,7 @@ def test_clipped_key_contribution_is_the_distance_2_vector(x64, rng):
   q = rng.normal(size=(1, 1, 1, D))
   kt = rng.normal(size=(5, D))
   scaled = q / math.sqrt(D)
-  got = np.asarray(jax.jit(lambda q, t: relative_logits(q, attn.Relative(2, t), 7))(
+  got = np.asarray(jax.jit(lambda q, t: relative_logits(q, attn.Relative(t), 7))(
       jnp.asarray(scaled), jnp.asarray(kt)))[0, 0, 0]
   want = [scaled[0, 0, 0] @ kt[min(j, 2) + 2] for j in range(7)]
   np.testing.assert_allclose(got, want, rtol=1e-12)
@@ -321,7 +321,7 @@ def shaw_self(x, wq, wk, wv, kt, vt, *, max_distance):
   """Self-attention with projections, so permuting the input permutes q, k and v together."""
   proj = lambda w: jnp.einsum("bnf,fhd->bnhd", x, w)
   return attn.dot_product_attention(proj(wq), proj(wk), proj(wv),
-                                    relative=attn.Relative(max_distance, kt, vt))
+                                    relative=attn.Relative(kt, vt))
 
 
 def test_k0_is_blind_to_order(x64, rng):
@@ -359,7 +359,7 @@ def test_padded_keys_get_zero_weight_and_their_values_do_not_matter(rng):
   kt, vt = tables(rng, "per_head", "both", rows=5)
   mask = padding(4, 5, (5, 3))
   run = jax.jit(lambda q, k, v, kt, vt, m: attn.dot_product_attention(
-      q, k, v, mask=m, relative=attn.Relative(2, kt, vt), return_weights=True))
+      q, k, v, mask=m, relative=attn.Relative(kt, vt), return_weights=True))
   args = lambda k, v: tuple(jnp.asarray(a, jnp.float32) for a in (q, k, v, kt, vt)) + (jnp.asarray(mask),)
   out, weights = run(*args(k, v))
   assert np.all(np.asarray(weights)[1, :, :, 3:] == 0.0)  # exactly zero, not just small
@@ -409,11 +409,11 @@ def test_rows_without_a_key_are_zero_with_zero_gradient(x64, rng, case):
 
   fns = {
       "dense": lambda q, k, v, kt, vt: attn.dot_product_attention(
-          q, k, v, mask=mask, q_offset=off, relative=attn.Relative(kd, kt, vt, off)),
+          q, k, v, mask=mask, q_offset=off, relative=attn.Relative(kt, vt, off)),
       "chunked": lambda q, k, v, kt, vt: attn.chunked_attention(
-          q, k, v, mask=mask, q_offset=off, relative=attn.Relative(kd, kt, vt, off), block_q=3, block_k=4),
+          q, k, v, mask=mask, q_offset=off, relative=attn.Relative(kt, vt, off), block_q=3, block_k=4),
       "reference": lambda q, k, v, kt, vt: reference.shaw_attention_reference(
-          q, k, v, kt, vt, kd, off, jnp.asarray(dense_mask)),
+          q, k, v, kt, vt, off, jnp.asarray(dense_mask)),
   }
 
   @jax.jit
@@ -423,7 +423,7 @@ def test_rows_without_a_key_are_zero_with_zero_gradient(x64, rng, case):
       out, vjp = jax.vjp(f, *args)
       results[name] = out, [vjp(jnp.asarray(g)) for g in cotangents]
     _, weights = attn.dot_product_attention(*args[:3], mask=mask, q_offset=off,
-                                            relative=attn.Relative(kd, *args[3:], off), return_weights=True)
+                                            relative=attn.Relative(*args[3:], off), return_weights=True)
     return results, weights
 
   results, weights = run(*map(jnp.asarray, (q, k, v, kt, vt)))
@@ -522,11 +522,15 @@ ATTENTION = {"dense": attn.dot_product_attention, "chunked": attn.chunked_attent
 
 
 @pytest.mark.parametrize("relative,match", [
-    (attn.Relative(-1, jnp.zeros((3, D))), r"max_distance \(clipping distance k\) must be >= 0, got -1"),
-    (attn.Relative(2, jnp.zeros((4, D))), r"key_table has shape \(4, 3\); allowed: \[5, 3\] or \[2, 5, 3\]"),
-    (attn.Relative(1, None, jnp.zeros((H, 5, D))), r"value_table has shape \(2, 5, 3\); allowed: \[3, 3\]"),
-    (attn.Relative(1, jnp.zeros((3, D + 1))), r"key_table head_dim is 4, but the heads have head_dim 3"),
-    (attn.Relative(1, jnp.zeros((H + 1, 3, D))), r"key_table has 3 head tables, but attention has 2 heads"),
+    (attn.Relative(jnp.zeros((4, D))), r"key_table has shape \(4, 3\); allowed: \[2k\+1, 3\] or \[2, 2k\+1, 3\] "
+                                       r"\(an odd count: it gives the clipping distance k\)"),
+    (attn.Relative(jnp.zeros((3, D)), jnp.zeros((H, 5, D))),
+     r"value_table has shape \(2, 5, 3\); allowed: \[3, 3\] or \[2, 3, 3\] \(the rows of key_table\)"),
+    (attn.Relative(jnp.zeros((D,))), r"key_table has shape \(3,\); allowed: \[2k\+1, 3\]"),
+    (attn.Relative(jnp.zeros((3, 2, 3, D)), ids=jnp.zeros((4, 4), jnp.int32)),
+     r"key_table has shape \(3, 2, 3, 3\); allowed: \[R, 3\] or \[2, R, 3\]$"),
+    (attn.Relative(jnp.zeros((3, D + 1))), r"key_table head_dim is 4, but the heads have head_dim 3"),
+    (attn.Relative(jnp.zeros((H + 1, 3, D))), r"key_table has 3 head tables, but attention has 2 heads"),
 ])
 def test_bad_relative_tables_raise(relative, match):
   with pytest.raises(ValueError, match=match):
@@ -588,6 +592,7 @@ def test_window_mask_bad_window_raises(window):
     attn.window_mask(4, 4, window)
 
 
-def test_reference_rejects_negative_max_distance():
-  with pytest.raises(ValueError, match=r"max_distance must be >= 0, got -1"):
-    reference.shaw_attention_reference(*_qkv32(), None, None, -1)
+@pytest.mark.parametrize("key_rows,value_rows", [(4, 4), (3, 5)])
+def test_reference_rejects_tables_that_give_no_clipping_distance(key_rows, value_rows):
+  with pytest.raises(ValueError, match=r"the tables have \[.*\] rows; allowed: one odd count, 2k\+1"):
+    reference.shaw_attention_reference(*_qkv32(), jnp.zeros((key_rows, D)), jnp.zeros((value_rows, D)))

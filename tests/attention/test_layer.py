@@ -233,7 +233,7 @@ def test_shaw_layer_matches_reference(random_variables, share_heads, implementat
     proj = lambda name: jnp.einsum("blf,fhd->blhd", x, p[name]["kernel"])
     tables = p["position"]
     ref = reference.shaw_attention_reference(
-        proj("query"), proj("key"), proj("value"), tables["key_table"], tables["value_table"], 1,
+        proj("query"), proj("key"), proj("value"), tables["key_table"], tables["value_table"],
         mask=attn.combine(mask, attn.causal_mask(L, L)))
     return model.apply(params, x, key_valid=valid), jnp.einsum("blhd,hdf->blf", ref, p["out"]["kernel"])
 

@@ -55,4 +55,4 @@ class Shaw(Scheme):
     vt = self.param("value_table", init, shape) if o.use_values else None
     if kt is None and vt is None:
       return Terms(query, key)
-    return Terms(query, key, relative=Relative(k, kt, vt, offset=q_offset))
+    return Terms(query, key, relative=Relative(kt, vt, offset=q_offset))
