@@ -195,7 +195,7 @@ def set_scheme(c: ml_collections.ConfigDict, settings: Mapping[str, Any], where:
 
 def set_k(c: ml_collections.ConfigDict, k: int) -> None:
   """Shaw's clipping distance, by its shorthand ``k`` (the variant key ``k=``): the config key
-  ``model.shaw.max_distance``, whose one default (16) is Shaw's ``Options``' (rpr/attention/positions/shaw.py)."""
+  ``model.shaw.max_distance``, whose one default is Shaw's ``Options``' (rpr/attention/positions/shaw.py)."""
   c.model.shaw.max_distance = k
 
 

@@ -72,7 +72,7 @@ class Settings:
   batch: int = knob(8, "rows per call")
   heads: int = knob(8, "attention heads")
   head_dim: int = knob(64, "width of a head")
-  max_distance: int = knob(16, "Shaw's clipping distance k")
+  max_distance: int = knob(positions.defaults("shaw")["max_distance"], "Shaw's clipping distance k")
   block_q: int = knob(128, "chunked query block")
   block_k: int = knob(128, "chunked key block")
   repeats: int = knob(9, "timed interleaved rounds per length")
