@@ -132,8 +132,8 @@ def as_jnp(x):
   return None if x is None else jnp.asarray(x)
 
 
-@functools.partial(jax.jit, static_argnames=("max_distance", "offset"))
-def fast_and_reference(q, k, v, table_pairs, mask, ids, *, max_distance, offset):
+@functools.partial(jax.jit, static_argnames=("offset",))
+def fast_and_reference(q, k, v, table_pairs, mask, ids, *, offset):
   """(fast, reference) outputs and weights for each (key_table, value_table) pair, in one compilation."""
   results = []
   for kt, vt in table_pairs:
@@ -147,8 +147,7 @@ def fast_and_reference(q, k, v, table_pairs, mask, ids, *, max_distance, offset)
 def check_against_loop(q, k, v, table_pairs, max_distance, offset=0, mask=None, ids=None):
   """Fast path, reference and loop agree on outputs and weights (float64) for every table pair."""
   pairs = [(as_jnp(kt), as_jnp(vt)) for kt, vt in table_pairs]
-  results = fast_and_reference(*map(as_jnp, (q, k, v)), pairs, as_jnp(mask), as_jnp(ids),
-                               max_distance=max_distance, offset=offset)
+  results = fast_and_reference(*map(as_jnp, (q, k, v)), pairs, as_jnp(mask), as_jnp(ids), offset=offset)
   for (kt, vt), ((fast, fast_w), (ref, ref_w)) in zip(table_pairs, results):
     assert fast.dtype == jnp.float64
     z, alpha = shaw_loop(q, k, v, kt, vt, max_distance, offset, mask, ids)
@@ -264,8 +263,8 @@ def test_gradients_match_reference(x64, rng, case):
 # 2. Clipping.
 
 
-@functools.partial(jax.jit, static_argnames=("max_distance", "offset"))
-def shaw(q, k, v, kt, vt, mask=None, *, max_distance, offset=0):
+@functools.partial(jax.jit, static_argnames=("offset",))
+def shaw(q, k, v, kt, vt, mask=None, *, offset=0):
   return attn.dot_product_attention(q, k, v, mask=mask, relative=attn.Relative(kt, vt, offset))
 
 
@@ -278,12 +277,12 @@ def test_clipped_tables_equal_unclipped_tables_with_edges_repeated(x64, rng, off
   kt, vt = tables(rng, "per_head", "both", rows=5)
   edge = np.clip(np.arange(-6, 7), -2, 2) + 2
   wide_kt, wide_vt = kt[:, edge], vt[:, edge]
-  clipped = shaw(*map(jnp.asarray, (q, k, v, kt, vt)), max_distance=2, offset=offset)
-  wide = shaw(*map(jnp.asarray, (q, k, v, wide_kt, wide_vt)), max_distance=6, offset=offset)
+  clipped = shaw(*map(jnp.asarray, (q, k, v, kt, vt)), offset=offset)
+  wide = shaw(*map(jnp.asarray, (q, k, v, wide_kt, wide_vt)), offset=offset)
   np.testing.assert_allclose(np.asarray(clipped), np.asarray(wide), rtol=1e-12, atol=1e-12)
   # And the far rows matter: changing a wide table's outer rows changes the output.
   wide_kt[:, 0] += 1.0
-  moved = shaw(*map(jnp.asarray, (q, k, v, wide_kt, wide_vt)), max_distance=6, offset=offset)
+  moved = shaw(*map(jnp.asarray, (q, k, v, wide_kt, wide_vt)), offset=offset)
   assert np.max(np.abs(np.asarray(moved) - np.asarray(wide))) > 1e-3
 
 
@@ -308,16 +307,16 @@ def test_shaw_offset_is_translation_invariant(x64, rng):
   junk = rng.normal(size=(B, 3, H, D))
   k2, v2 = np.concatenate([junk, k], 1), np.concatenate([junk, v], 1)
   mask = (np.arange(7) >= 3)[None, None, None, :]
-  base = shaw(*map(jnp.asarray, (q, k, v, kt, vt)), max_distance=2, offset=1)
-  moved = shaw(*map(jnp.asarray, (q, k2, v2, kt, vt, mask)), max_distance=2, offset=4)
+  base = shaw(*map(jnp.asarray, (q, k, v, kt, vt)), offset=1)
+  moved = shaw(*map(jnp.asarray, (q, k2, v2, kt, vt, mask)), offset=4)
   np.testing.assert_allclose(np.asarray(moved), np.asarray(base), rtol=1e-12, atol=1e-12)
   # Moving only the keys changes every distance, and the output.
-  unmoved = shaw(*map(jnp.asarray, (q, k2, v2, kt, vt, mask)), max_distance=2, offset=1)
+  unmoved = shaw(*map(jnp.asarray, (q, k2, v2, kt, vt, mask)), offset=1)
   assert np.max(np.abs(np.asarray(unmoved) - np.asarray(base))) > 1e-3
 
 
-@functools.partial(jax.jit, static_argnames=("max_distance",))
-def shaw_self(x, wq, wk, wv, kt, vt, *, max_distance):
+@jax.jit
+def shaw_self(x, wq, wk, wv, kt, vt):
   """Self-attention with projections, so permuting the input permutes q, k and v together."""
   proj = lambda w: jnp.einsum("bnf,fhd->bnhd", x, w)
   return attn.dot_product_attention(proj(wq), proj(wk), proj(wv),
@@ -329,13 +328,13 @@ def test_k0_is_blind_to_order(x64, rng):
   kt, vt = tables(rng, "per_head", "both", rows=1)
   perm = rng.permutation(6)
   args = lambda k, v: tuple(map(jnp.asarray, (q, k, v, kt, vt)))
-  base = shaw(*args(k, v), max_distance=0)
-  permuted = shaw(*args(k[:, perm], v[:, perm]), max_distance=0)
+  base = shaw(*args(k, v))
+  permuted = shaw(*args(k[:, perm], v[:, perm]))
   np.testing.assert_allclose(np.asarray(permuted), np.asarray(base), rtol=1e-12, atol=1e-12)
   # The same permutation is visible with k = 1 (so the check above can fail).
   kt1, vt1 = tables(rng, "per_head", "both", rows=3)
-  base1 = shaw(*map(jnp.asarray, (q, k, v, kt1, vt1)), max_distance=1)
-  permuted1 = shaw(*map(jnp.asarray, (q, k[:, perm], v[:, perm], kt1, vt1)), max_distance=1)
+  base1 = shaw(*map(jnp.asarray, (q, k, v, kt1, vt1)))
+  permuted1 = shaw(*map(jnp.asarray, (q, k[:, perm], v[:, perm], kt1, vt1)))
   assert np.max(np.abs(np.asarray(permuted1) - np.asarray(base1))) > 1e-3
 
 
@@ -345,7 +344,7 @@ def test_k0_self_attention_is_permutation_equivariant(x64, rng, max_distance, eq
   w = [rng.normal(size=(4, H, D)) for _ in range(3)]
   kt, vt = tables(rng, "shared", "both", rows=2 * max_distance + 1)
   perm = rng.permutation(6)
-  f = lambda x: np.asarray(shaw_self(*map(jnp.asarray, (x, *w, kt, vt)), max_distance=max_distance))
+  f = lambda x: np.asarray(shaw_self(*map(jnp.asarray, (x, *w, kt, vt))))
   gap = np.max(np.abs(f(x[:, perm]) - f(x)[:, perm]))
   assert (gap < 1e-12) == equivariant, gap
 
