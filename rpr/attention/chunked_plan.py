@@ -131,10 +131,9 @@ class Plan:
     diagonals, the training case)."""
     k, diagonals = None, None
     if relative is not None and (relative.key_table is not None or relative.value_table is not None):
-      k, offset = relative.max_distance, relative.offset
-      static = isinstance(offset, (int, np.integer)) and not isinstance(offset, bool)
-      if k and static and block_q == block_k:
-        diagonals = tuple(band_plan(block_q, k, int(offset)))
+      k, offset = relative.max_distance, relative.static_offset
+      if k and offset is not None and block_q == block_k:
+        diagonals = tuple(band_plan(block_q, k, offset))
     k_blocks = -(-k_len // block_k)
     return cls(block_q, block_k, k_blocks, causal, window, k, diagonals)
 

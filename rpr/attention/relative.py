@@ -19,10 +19,8 @@ dense path holds about one logits-sized buffer per map; :mod:`rpr.attention.chun
 avoids that by adding the out-of-band buckets as per-row constants and calling
 these maps only on the blocks that the band crosses.
 
-The clipping distance is not an argument of its own: the tables have ``2k + 1``
-rows, so :class:`Relative` reads ``k`` from them, and the maps read it from the
-width ``2k + 1`` of their bucket side (``reduce``, whose bucket side is its
-output, takes that width as ``rows``).
+k is no argument of its own: :class:`Relative` reads it from the tables' ``2k + 1``
+rows, the maps from the width of their bucket side (``reduce``'s is its output: ``rows``).
 """
 
 from __future__ import annotations
@@ -208,6 +206,12 @@ class Relative:
     """Shaw's clipping distance k, read from the tables' ``2k+1`` rows (0 without tables: no terms to clip)."""
     return self.num_relations // 2
 
+  @property
+  def static_offset(self) -> Optional[int]:
+    """``offset`` when it is a Python or NumPy int, known when tracing (training); None when traced (decoding)."""
+    o = self.offset
+    return int(o) if isinstance(o, (int, np.integer)) and not isinstance(o, bool) else None
+
   def check(self, num_heads: int, head_dim: int) -> None:
     """Raises ``ValueError`` for tables of the wrong layout, or of different (or, without ``ids``, even) rows."""
     want = None  # the rows of the first table, which the other must have
@@ -238,10 +242,11 @@ class Relative:
     Exact (the gradient of the cut rows is zero, as it is uncut); a traced
     offset (cached decoding) or explicit ids leave the terms as they are.
     """
-    if self.ids is not None or not isinstance(self.offset, (int, np.integer)) or isinstance(self.offset, bool):
+    offset = self.static_offset
+    if self.ids is not None or offset is None:
       return self
     k = self.max_distance
-    reach = max(q_length - 1 + int(self.offset), k_length - 1 - int(self.offset), 0)
+    reach = max(q_length - 1 + offset, k_length - 1 - offset, 0)
     if reach >= k:
       return self
     cut = lambda t: None if t is None else t[..., k - reach:k + reach + 1, :]
