@@ -55,7 +55,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.model.pre_layer_norm = True  # stable at a high learning rate without long warm-up
   c.model.share_embeddings = False  # separate tables: tied ones slow absolute encodings ~5x
   c.model.max_length = 16  # inputs have <= 7 characters, answers <= 4 + EOS
-  # Shaw's default clipping distance (16): inputs are <= 7 long, so any k >= 6 never clips.
+  # Shaw's default clipping distance: inputs are <= 7 long, so any k >= 6 never clips.
   base.set_scheme(c, settings, where, variant)
 
   # Optimisation.

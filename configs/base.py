@@ -101,7 +101,7 @@ def _model() -> ml_collections.ConfigDict:
   m.cross_position = "none"  # scheme of the encoder-decoder attention (Shaw et al.: none)
   # Each scheme's options, as model.<scheme>.<option>: their defaults and meanings are the fields of the
   # scheme's Options (rpr/attention/positions/); shaw: max_distance, use_keys, use_values, share_heads,
-  # add_sinusoidal; t5: num_buckets, bucket_max_distance; rope: rope_base; learned: learned_init_std.
+  # add_sinusoidal; t5: num_buckets, horizon; rope: rope_base; learned: learned_init_std.
   for name in positions.SCHEMES:
     if positions.defaults(name):
       m[name] = ml_collections.ConfigDict(positions.defaults(name))
@@ -195,7 +195,7 @@ def set_scheme(c: ml_collections.ConfigDict, settings: Mapping[str, Any], where:
 
 def set_k(c: ml_collections.ConfigDict, k: int) -> None:
   """Shaw's clipping distance, by its shorthand ``k`` (the variant key ``k=``): the config key
-  ``model.shaw.max_distance``, whose one default (16) is Shaw's ``Options``' (rpr/attention/positions/shaw.py)."""
+  ``model.shaw.max_distance``, whose one default is Shaw's ``Options``' (rpr/attention/positions/shaw.py)."""
   c.model.shaw.max_distance = k
 
 

@@ -64,7 +64,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.model.num_heads = 4  # heads of 32
   c.model.d_ff = 512  # feed-forward inner width
   c.model.dropout_rate = 0.1  # residual and embedding dropout
-  c.model.position = "shaw"  # variant pe=...; Shaw's k is its default, 16 (variant k=...)
+  c.model.position = "shaw"  # variant pe=...; Shaw's k is its default (variant k=...)
   c.model.pre_layer_norm = True  # stable without a long warm-up
   c.model.share_embeddings = True  # tied input and output embeddings
   c.model.max_length = LONG * c.lm_context_length  # learned tables and the decode cache cover the x8 split

@@ -80,7 +80,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.model.num_decoder_layers = 2  # decoder depth
   c.model.dropout_rate = 0.1  # residual and embedding dropout
   c.model.attention_dropout_rate = 0.0  # as in Shaw et al.
-  c.model.position = "shaw"  # variant pe=...; Shaw's k is its default, 16 (variant k=...)
+  c.model.position = "shaw"  # variant pe=...; Shaw's k is its default (variant k=...)
   c.model.cross_position = "none"  # encoder-decoder attention stays plain (Shaw et al.)
   c.model.share_embeddings = True  # one joint vocabulary
   c.model.max_length = 256  # decode cache bound: eval verses (<= 106 with EOS) + 50 decoded extra

@@ -17,7 +17,7 @@ Variants: comma-separated words after the file name.
   1024, 16 heads, d_ff 4096, dropout 0.3, k = 8, tables shared across heads).
 * ``pe=relative|absolute`` (default relative): Shaw attention without absolute
   encodings, or sinusoidal encodings and plain attention.
-* ``k=<int>``: clipping distance (default: the preset's, base 16, big 8).
+* ``k=<int>``: clipping distance (default: the preset's; base: Shaw's default, big 8).
 * ``ak=on|off``, ``av=on|off``: the a^K and a^V terms (default on).
 * ``table1``, ``table2``, ``table3``: a cell of that table (evaluated on its
   split; tables 2-3 require the base relative model).
@@ -130,7 +130,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.eval_batch_size = 64  # rows per evaluation batch (global); divisible by the device count
   c.eval_splits = ("validation",)  # validation: newstest2013; test: newstest2014
 
-  # Model: the preset (base: k = 16; big: k = 8 and tables shared across heads), relative (Shaw) or
+  # Model: the preset (base: Shaw's default k; big: k = 8 and tables shared across heads), relative (Shaw) or
   # absolute (sinusoidal) positions; encoder-decoder attention stays plain (Shaw et al.).
   preset = model_config.PRESETS[model]
   for key, value in preset.items():

@@ -150,21 +150,16 @@ class ModelConfig:
         raise ValueError(f"config.model.{key}: {e}") from None
 
   def log_notes(self) -> None:
-    """A log line for each valid value that may not do what it seems to. One so far: Shaw's clipping distance k
-    not below ``max_length``. The distances of sequences up to ``max_length`` reach ``max_length - 1`` at most, so
-    such a k clips none and its outer table rows are never trained. The k is kept as given (a committed sweep,
-    table2_cpu, trains k = 64 there); the note says what it does. A run config gives self- and cross-attention
-    the same ``model.shaw``: one k, one note."""
-    schemes = ((self.position, "position_options"), (self.cross_position, "cross_position_options"))
-    shaw = {key: getattr(self, key) for name, key in schemes if name == "shaw"}
-    far = {key: o.max_distance for key, o in shaw.items()
-           if o.max_distance >= self.max_length and (o.use_keys or o.use_values)}  # without tables k does nothing
-    for k in sorted(set(far.values())):
-      named = " and ".join(key for key, distance in far.items() if distance == k)
-      logging.info("Note: Shaw's clipping distance max_distance = %d (model.shaw; ModelConfig.%s) is not below the "
-                   "longest sequence, model.max_length = %d: it clips no distance, so it acts as %d (max_length - "
-                   "1), and %d of the %d rows of each relative table are never trained.", k, named, self.max_length,
-                   self.max_length - 1, 2 * (k - self.max_length + 1), 2 * k + 1)
+    """A log line for each valid value that may not do what it seems to: each scheme's ``note`` on its options
+    (:meth:`rpr.attention.Scheme.note`; Shaw's: a clipping distance not below ``max_length``). A run config gives
+    self- and cross-attention the same ``model.<scheme>``: the same options, one note naming both."""
+    named = {}
+    for name, key in ((self.position, "position_options"), (self.cross_position, "cross_position_options")):
+      named.setdefault((name, getattr(self, key)), []).append(key)
+    for (name, options), keys in named.items():
+      note = positions.get(name).note(options, self.max_length, f"model.{name}; ModelConfig.{' and '.join(keys)}")
+      if note:
+        logging.info("Note: %s", note)
 
 
 def cross_schemes() -> list[str]:

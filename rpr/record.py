@@ -35,6 +35,9 @@ RESUME_SAFE_KEYS = ("num_train_steps", "eval_every_steps", "log_every_steps", "c
 # The first records held the model's fields at the top level, some under other names; these two keys are gone.
 _RENAMED = {"model_max_length": "max_length"}
 _DROPPED = ("preset", "compare_positions")
+# Scheme options renamed since: scheme -> {recorded name: its name now}. T5's horizon had a name that also read as
+# Shaw's clipping distance.
+_RENAMED_OPTIONS = {"t5": {"bucket_max_distance": "horizon"}}
 
 
 def migrate(recorded: dict) -> dict:
@@ -43,8 +46,9 @@ def migrate(recorded: dict) -> dict:
   The first records kept the model's fields and every scheme's options at
   the top level; later ones kept the options in one dict for every scheme,
   ``model.position_options``: each option goes to the scheme that declares
-  it (``model.<scheme>`` wins where both give one). A key a record lacks
-  takes its declared default, which is how a run without it ran.
+  it (``model.<scheme>`` wins where both give one), under its current name
+  (:data:`_RENAMED_OPTIONS`). A key a record lacks takes its declared
+  default, which is how a run without it ran.
   """
   recorded = {k: v for k, v in recorded.items() if k not in _DROPPED}
   model = recorded.get("model")
@@ -58,11 +62,17 @@ def migrate(recorded: dict) -> dict:
     defaults = positions.defaults(name)
     if not defaults:
       continue
-    given = model.get(name) if isinstance(model.get(name), dict) else {}
+    given = _renamed(name, model.get(name) if isinstance(model.get(name), dict) else {})
     if isinstance(flat, dict):
-      given = {**{k: v for k, v in flat.items() if k in defaults}, **given}
+      given = {**{k: v for k, v in _renamed(name, flat).items() if k in defaults}, **given}
     model[name] = {**defaults, **given}
   return {**recorded, "model": model}
+
+
+def _renamed(scheme: str, options: dict) -> dict:
+  """``options`` of ``scheme`` with each recorded name that has changed replaced by its current one."""
+  names = _RENAMED_OPTIONS.get(scheme, {})
+  return {names.get(k, k): v for k, v in options.items()}
 
 
 def _model_from_top_level(recorded: dict) -> tuple[dict, dict]:
@@ -70,6 +80,7 @@ def _model_from_top_level(recorded: dict) -> tuple[dict, dict]:
   top level were the data set's then too)."""
   fields = set(ModelConfig.__dataclass_fields__) - {"max_length", "vocab_size"}
   options = {k for name in positions.SCHEMES for k in positions.defaults(name)}
+  options |= {old for names in _RENAMED_OPTIONS.values() for old in names}
   top, model, flat = {}, {}, {}
   for key, value in recorded.items():
     name = _RENAMED.get(key, key)

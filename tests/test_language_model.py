@@ -10,7 +10,7 @@ from rpr.attention import positions
 from tests.test_train import ConfigError, validate, train_run
 
 # 10 tokens reach the clipped ranges
-POS = {"shaw": {"max_distance": 2}, "t5": {"num_buckets": 4, "bucket_max_distance": 8}}
+POS = {"shaw": {"max_distance": 2}, "t5": {"num_buckets": 4, "horizon": 8}}
 NO_INPUTS = jnp.zeros((2, 0), jnp.int32)
 TEXT = jnp.array([[5, 6, 9, 3, 7, 8, 4, 4, 10, 11], [3, 12, 11, 12, 13, 5, 6, 0, 0, 0]], jnp.int32)
 

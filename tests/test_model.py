@@ -11,7 +11,7 @@ from rpr.attention import positions
 from rpr.tokens import EOS, PAD
 
 # Small distances so that 6-token sequences reach the clipped and bucketed ranges.
-POS = {"shaw": {"max_distance": 2}, "t5": {"num_buckets": 4, "bucket_max_distance": 8}}
+POS = {"shaw": {"max_distance": 2}, "t5": {"num_buckets": 4, "horizon": 8}}
 INPUTS = jnp.array([[5, 6, 7, 8, 9, 0, 0], [4, 4, 3, 0, 0, 0, 0]], jnp.int32)
 TARGETS = jnp.array([[5, 6, 9, 3, 7, 2], [3, 12, 11, 12, 13, 2]], jnp.int32)
 

@@ -73,3 +73,13 @@ def test_a_workdir_with_a_first_shape_record_resumes(tmp_path):
   out = train_run(tiny_config(**FAST), str(tmp_path))  # the same config: no change refused
   assert out["step"] == FAST["num_train_steps"] and not out.get("stopped_by_signal")
   assert "model" in json.loads(path.read_text())["config"]  # rewritten in the current shape
+
+
+@pytest.mark.parametrize("shape", ["first", "options", "schemes"])
+def test_t5s_horizon_reads_under_its_recorded_name_in_every_shape(shape):
+  """T5's horizon was recorded as bucket_max_distance: each shape's value (not the default, 128) comes through."""
+  old = {"num_buckets": 8, "bucket_max_distance": 16}
+  recorded = {"first": {"position": "t5", **old},
+              "options": {"model": {"position": "t5", "position_options": old}},
+              "schemes": {"model": {"position": "t5", "t5": old}}}[shape]
+  assert record.migrate(recorded)["model"]["t5"] == {"num_buckets": 8, "horizon": 16}

@@ -73,7 +73,7 @@ class Settings:
   batch: int = knob(8, "rows per call")
   heads: int = knob(8, "attention heads")
   head_dim: int = knob(64, "width of a head")
-  max_distance: int = knob(16, "Shaw's clipping distance k")
+  max_distance: int = knob(positions.defaults("shaw")["max_distance"], "Shaw's clipping distance k")
   block_q: int = knob(128, "chunked query block")
   block_k: int = knob(128, "chunked key block")
   repeats: int = knob(9, "timed interleaved rounds per length")
@@ -125,7 +125,7 @@ def make_step(config, length: int, batch: int, s: Settings, seed: int = 0):
                                       block_q=s.block_q, block_k=s.block_k)
       from rpr.attention.reference import shaw_attention_reference
       rel = terms.relative
-      return shaw_attention_reference(q, k, v, rel.key_table, rel.value_table, rel.max_distance)
+      return shaw_attention_reference(q, k, v, rel.key_table, rel.value_table)
     return scheme.apply(params, q, k, v, method=body)
 
   def loss(params, q, k, v):

@@ -108,22 +108,18 @@ def chunked_attention(query: Array, key: Array, value: Array, *, relative: Optio
   parts = as_mask(mask)
   parts.check(b, h, q_len, k_len)
   _check_options(block_q, block_k, dropout_rate, dropout_rng)
-  max_distance, static_offset = None, None
   if relative is not None:
     if relative.ids is not None:
       raise ValueError("chunked_attention supports clipped relative distances only; explicit relation ids "
                        "(Relative.ids) need implementation='dense'")
-    relative.check(h, d)  # checks the clipping distance too
-    max_distance = int(relative.max_distance)
-    if isinstance(relative.offset, (int, np.integer)) and not isinstance(relative.offset, bool):
-      static_offset = int(relative.offset)  # fixes the band's diagonals (the training case)
+    relative.check(h, d)  # the tables' rows, which give the clipping distance
 
   bq, bk = min(block_q, q_len), min(block_k, k_len)
   if bias_fn is not None:
     # Hoist the traced values bias_fn closes over (T5's table) into explicit,
     # differentiable arguments of the custom VJP.
     bias_fn, consts = jax.closure_convert(bias_fn, jnp.zeros((bq,), jnp.int32), jnp.zeros((bk,), jnp.int32))
-  plan = Plan.make(bq, bk, k_len, parts.causal, parts.window, max_distance, static_offset)
+  plan = Plan.make(bq, bk, k_len, parts.causal, parts.window, relative)
   cfg = Config(plan, k_len, bias_fn, float(dropout_rate))
   check_offset(q_offset)
   if relative is not None:

@@ -102,7 +102,7 @@ class Buckets(NamedTuple):
 # Per-tile helpers, shared by both passes.
 
 
-def expand_onto(t: Array, x: Optional[Array], tile: Tile, max_distance: int):
+def expand_onto(t: Array, x: Optional[Array], tile: Tile):
   """Adds bucket values ``x [h, b, bq, 2k+1]`` to ``t [h, b, bq, bk]`` at each cell's bucket; returns ``(t, column)``.
 
   ``column [h, b, bq]`` is an edge tile's one bucket per row, left for the
@@ -112,25 +112,26 @@ def expand_onto(t: Array, x: Optional[Array], tile: Tile, max_distance: int):
   if x is None:
     return t, None
   if tile.case == BAND:
-    return t + rel.bucket_expand(x, t.shape[-1], max_distance, tile.offset).astype(t.dtype), None
+    return t + rel.bucket_expand(x, t.shape[-1], tile.offset).astype(t.dtype), None
   column = x[..., edge_index(tile.case)]
   corner = tile.case
   if isinstance(corner, Corner):
     width = corner.cols.stop - corner.cols.start
-    box = rel.bucket_expand(x[..., corner.rows, :], width, max_distance, corner.offset) - column[..., corner.rows, None]
+    box = rel.bucket_expand(x[..., corner.rows, :], width, corner.offset) - column[..., corner.rows, None]
     t = t.at[..., corner.rows, corner.cols].add(box.astype(t.dtype))
   return t, column
 
 
-def reduce_into(acc: Buckets, x: Array, tile: Tile, max_distance: int) -> Buckets:
+def reduce_into(acc: Buckets, x: Array, tile: Tile) -> Buckets:
   """``acc`` plus the tile's bucket sums of ``x [h, b, bq, bk]`` (the transpose of :func:`expand_onto`)."""
+  rows = acc.inner.shape[-1]
   if tile.case == BAND:
-    return acc._replace(inner=acc.inner + rel.bucket_reduce(x, max_distance, tile.offset))
+    return acc._replace(inner=acc.inner + rel.bucket_reduce(x, rows, tile.offset))
   edge = acc.edge.at[edge_index(tile.case)].add(x.sum(-1))
   corner, inner = tile.case, acc.inner
   if isinstance(corner, Corner):  # the box's cells move from the edge bucket to their own
     box = x[..., corner.rows, corner.cols]
-    sums = rel.bucket_reduce(box, max_distance, corner.offset).at[..., edge_index(corner)].add(-box.sum(-1))
+    sums = rel.bucket_reduce(box, rows, corner.offset).at[..., edge_index(corner)].add(-box.sum(-1))
     inner = inner.at[..., corner.rows, :].add(sums)
   return Buckets(inner, edge)
 
@@ -167,7 +168,7 @@ def tile_scores(cfg: Config, inp: Inputs, rows: Rows, tile: Tile, bias: Optional
   bk = cfg.plan.block_k
   kj = jax.lax.dynamic_slice_in_dim(inp.k, tile.start, bk, axis=2)
   s = jnp.einsum("hbqd,hbkd->hbqk", rows.q, kj)
-  s, column = expand_onto(s, rows.qk, tile, cfg.plan.max_distance)
+  s, column = expand_onto(s, rows.qk, tile)
   if bias is not None:
     s = s + bias[:, None].astype(s.dtype)  # [h | 1, 1, bq, bk]
   allowed = tile_allowed(cfg, inp, rows, tile.start)
@@ -240,7 +241,7 @@ def forward_tile(cfg: Config, inp: Inputs, rows: Rows, carry: Softmax, tile: Til
   buckets = carry.buckets
   if buckets is not None:
     buckets = Buckets(buckets.inner * alpha[..., None], buckets.edge * alpha)
-    buckets = reduce_into(buckets, p, tile, cfg.plan.max_distance)
+    buckets = reduce_into(buckets, p, tile)
   return Softmax(m, l, acc, buckets)
 
 
@@ -294,7 +295,7 @@ def backward_tile(cfg: Config, inp: Inputs, rows: Rows, carry: Grads, tile: Tile
   s, c = tile_scores(cfg, inp, rows, tile, bias)
   p = jnp.exp(s - (rows.lse if c is None else rows.lse - c)[..., None])
   vj = jax.lax.dynamic_slice_in_dim(inp.v, tile.start, cfg.plan.block_k, axis=2)
-  dp, e = expand_onto(jnp.einsum("hbqd,hbkd->hbqk", rows.g, vj), rows.gv, tile, cfg.plan.max_distance)
+  dp, e = expand_onto(jnp.einsum("hbqd,hbkd->hbqk", rows.g, vj), rows.gv, tile)
   p_drop = p
   if cfg.dropout_rate > 0:
     keep = keep_mask(cfg, inp, rows, tile.start, p.shape)
@@ -307,7 +308,7 @@ def backward_tile(cfg: Config, inp: Inputs, rows: Rows, carry: Grads, tile: Tile
   dq = carry.dq + jnp.einsum("hbqk,hbkd->hbqd", ds, kj)
   dbuckets = carry.dbuckets
   if dbuckets is not None:
-    dbuckets = reduce_into(dbuckets, ds, tile, cfg.plan.max_distance)
+    dbuckets = reduce_into(dbuckets, ds, tile)
   # dk and dv accumulate transposed, [h, b, d, k]: each block's update is then the product "qd,qk->dk",
   # which runs as a faster matmul than "qk,qd->kd" (both operands contracted on their row axis).
   dk = _add_at(carry.dk, tile.start, jnp.einsum("hbqd,hbqk->hbdk", rows.q, ds))

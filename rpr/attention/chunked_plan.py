@@ -1,7 +1,8 @@
 """Which key blocks each query block of :mod:`rpr.attention.chunked` visits, and how.
 
 A :class:`Plan` is static: built once per call from the block sizes, the mask's
-causal and window parts and Shaw's clipping distance. For query block ``I``
+causal and window parts and Shaw's terms (their clipping distance, and their
+offset when it is a Python int). For query block ``I``
 (rows ``q0 = I * block_q ..``) it yields :class:`Visit` ranges of key blocks,
 each with one *case* that tells the kernel how Shaw's terms look on those
 tiles:
@@ -28,6 +29,8 @@ from typing import NamedTuple, Optional, Union
 
 import jax.numpy as jnp
 import numpy as np
+
+from rpr.attention.relative import Relative
 
 PLAIN, LEFT, RIGHT, BAND = "plain", "left", "right", "band"
 
@@ -107,7 +110,8 @@ class Plan:
     block_q, block_k: block sizes.
     k_blocks: number of key blocks (the keys padded to a multiple of ``block_k``).
     causal, window: the mask's parts that rule out whole key blocks.
-    max_distance: Shaw's clipping distance k, or None without Shaw terms.
+    max_distance: Shaw's clipping distance k (:attr:`rpr.attention.Relative.max_distance`), or None without
+      Shaw terms.
     diagonals: :func:`band_plan` when blocks are square and Shaw's offset is
       static (the training case), else None (the band's blocks are found at
       run time and all are :data:`BAND`).
@@ -122,13 +126,16 @@ class Plan:
 
   @classmethod
   def make(cls, block_q: int, block_k: int, k_len: int, causal: bool = False, window: Optional[int] = None,
-           max_distance: Optional[int] = None, static_offset: Optional[int] = None) -> "Plan":
-    """The plan for these blocks and mask; ``static_offset`` is Shaw's offset when it is a Python int."""
-    diagonals = None
-    if max_distance and static_offset is not None and block_q == block_k:
-      diagonals = tuple(band_plan(block_q, max_distance, static_offset))
+           relative: Optional[Relative] = None) -> "Plan":
+    """The plan for these blocks, mask and Shaw terms (``relative``, checked; a Python int offset fixes the band's
+    diagonals, the training case)."""
+    k, diagonals = None, None
+    if relative is not None and (relative.key_table is not None or relative.value_table is not None):
+      k, offset = relative.max_distance, relative.static_offset
+      if k and offset is not None and block_q == block_k:
+        diagonals = tuple(band_plan(block_q, k, offset))
     k_blocks = -(-k_len // block_k)
-    return cls(block_q, block_k, k_blocks, causal, window, max_distance, diagonals)
+    return cls(block_q, block_k, k_blocks, causal, window, k, diagonals)
 
   def key_range(self, q_index, q_offset):
     """First and last key block that any query of block ``q_index`` may see under the causal and window cuts.

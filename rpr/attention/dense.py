@@ -106,7 +106,7 @@ def dot_product_attention(query: Array, key: Array, value: Array, *, mask: MaskL
     key, value: ``[batch, k_length, heads, head_dim]`` (``x_j W^K``, ``x_j W^V``).
     mask: a :class:`Mask`, or a boolean array broadcastable to ``[batch, heads, q_length, k_length]``.
     bias: additive logits bias, broadcastable to the same shape.
-    relative: Shaw's tables (:class:`Relative`), or None.
+    relative: Shaw's tables (:class:`Relative`; their ``2k+1`` rows give ``k``), or None.
     q_offset: position of query 0 (keys sit at ``0 .. k_length-1``) for the mask's causal and window parts.
     dropout_rate, dropout_rng: dropout on the attention weights.
     return_weights: also return the ``[batch, heads, q, k]`` weights (before dropout).

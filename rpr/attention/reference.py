@@ -8,6 +8,9 @@ heads of size d:
     z_i    = sum_j alpha_ij (v_j + a^V_ij)
     a^K_ij = w^K_{clip(j - i, k)},  a^V_ij = w^V_{clip(j - i, k)}
 
+where the tables w^K, w^V hold the 2k+1 vectors w_{-k} .. w_k, so their rows
+give the clipping distance k.
+
 Like tensor2tensor's ``dot_product_attention_relative`` it gathers the tables
 into explicit per-pair tensors, here ``[batch, heads, q_length, k_length,
 head_dim]``, so memory is O(b h q k d). That is the point: the code is short
@@ -28,14 +31,15 @@ import jax.numpy as jnp
 Array = jax.Array
 
 
-def relation_ids(q_length: int, k_length: int, max_distance: int, offset=0) -> Array:
-  """``[q_length, k_length]`` row of the tables for each pair: ``clip(j - (i + offset), -k, k) + k``.
+def relation_ids(q_length: int, k_length: int, rows: int, offset=0) -> Array:
+  """``[q_length, k_length]`` row of tables of ``rows = 2k+1`` for each pair: ``clip(j - (i + offset), -k, k) + k``.
 
   Query ``i`` sits at position ``i + offset`` and key ``j`` at ``j``.
   """
+  k = (rows - 1) // 2
   i = jnp.arange(q_length)[:, None] + offset
   j = jnp.arange(k_length)[None, :]
-  return jnp.clip(j - i, -max_distance, max_distance) + max_distance
+  return jnp.clip(j - i, -k, k) + k
 
 
 def gather_table(table: Array, ids: Array, batch: int, heads: int) -> Array:
@@ -57,7 +61,7 @@ def gather_table(table: Array, ids: Array, batch: int, heads: int) -> Array:
 
 
 def shaw_attention_reference(query: Array, key: Array, value: Array, key_table: Optional[Array],
-                             value_table: Optional[Array], max_distance: int, offset=0,
+                             value_table: Optional[Array], offset=0,
                              mask: Optional[Array] = None, ids: Optional[Array] = None,
                              return_weights: bool = False):
   """Shaw relative attention with the per-pair tables materialised.
@@ -65,9 +69,9 @@ def shaw_attention_reference(query: Array, key: Array, value: Array, key_table: 
   Args:
     query: ``[batch, q_length, heads, head_dim]``.
     key, value: ``[batch, k_length, heads, head_dim]``.
-    key_table, value_table: ``[2k+1, head_dim]`` or ``[heads, 2k+1, head_dim]``
-      (with ``ids``: ``num_relations`` rows), or None to drop a^K / a^V.
-    max_distance: clipping distance k.
+    key_table, value_table: ``[2k+1, head_dim]`` or ``[heads, 2k+1, head_dim]``, the same rows
+      (with ``ids``: ``num_relations`` rows), or None to drop a^K / a^V; the
+      clipping distance is k.
     offset: query ``i`` sits at position ``i + offset`` (a decoder step at ``t`` has ``offset=t``).
     mask: boolean, broadcastable to ``[batch, heads, q_length, k_length]``, True = may attend.
     ids: explicit relation ids ``[q, k]`` or ``[batch, q, k]``; replaces the clipped distances.
@@ -78,10 +82,11 @@ def shaw_attention_reference(query: Array, key: Array, value: Array, key_table: 
   """
   b, q_len, h, d = query.shape
   k_len = key.shape[1]
-  if max_distance < 0:
-    raise ValueError(f"max_distance must be >= 0, got {max_distance}")
-  if ids is None:
-    ids = relation_ids(q_len, k_len, max_distance, offset)
+  rows = {t.shape[-2] for t in (key_table, value_table) if t is not None}
+  if ids is None and rows:
+    if len(rows) > 1 or not min(rows) % 2:
+      raise ValueError(f"the tables have {sorted(rows)} rows; allowed: one odd count, 2k+1")
+    ids = relation_ids(q_len, k_len, rows.pop(), offset)
   dtype = jnp.promote_types(query.dtype, jnp.float32)
   q, k, v = (x.astype(dtype) for x in (query, key, value))
 

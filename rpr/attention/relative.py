@@ -2,8 +2,8 @@
 
 With relative distance ``rel[i, j] = j - (i + offset)`` and clipping distance
 ``k``, every query row ``i`` sorts its keys into ``2k + 1`` buckets
-``clip(rel, -k, k) + k``. Shaw's two terms are the two linear maps between a
-``[..., q, 2k+1]`` tensor and a ``[..., q, k_len]`` tensor:
+``clip(rel, -k, k) + k``, one per row of Shaw's tables. Shaw's two terms are the
+two linear maps between a ``[..., q, 2k+1]`` tensor and a ``[..., q, k_len]`` tensor:
 
 * ``expand(x)[i, j] = x[i, clip(rel[i, j]) + k]`` puts ``q_i . w^K_r`` on the
   logits (the a^K term);
@@ -18,6 +18,9 @@ logits. Where the compiler does not fuse those passes into the softmax, the
 dense path holds about one logits-sized buffer per map; :mod:`rpr.attention.chunked`
 avoids that by adding the out-of-band buckets as per-row constants and calling
 these maps only on the blocks that the band crosses.
+
+k is no argument of its own: :class:`Relative` reads it from the tables' ``2k + 1``
+rows, the maps from the width of their bucket side (``reduce``'s is its output: ``rows``).
 """
 
 from __future__ import annotations
@@ -35,18 +38,9 @@ from rpr.attention.masks import relative_distance
 Array = jax.Array
 
 
-def check_max_distance(max_distance) -> int:
-  """Returns ``max_distance`` as an int, or raises naming the bad value."""
-  if isinstance(max_distance, bool) or not isinstance(max_distance, (int, np.integer)):
-    raise TypeError(f"max_distance (clipping distance k) must be an int >= 0, got {max_distance!r}")
-  if max_distance < 0:
-    raise ValueError(f"max_distance (clipping distance k) must be >= 0, got {max_distance}")
-  return int(max_distance)
-
-
-def bucket_ids(q_len: int, k_len: int, max_distance: int, offset=0) -> Array:
-  """``[q_len, k_len]`` bucket index ``clip(j - i - offset, -k, k) + k`` in ``[0, 2k]``."""
-  k = max_distance
+def bucket_ids(q_len: int, k_len: int, rows: int, offset=0) -> Array:
+  """``[q_len, k_len]`` bucket index ``clip(j - i - offset, -k, k) + k`` in ``[0, 2k]``, for ``rows = 2k + 1``."""
+  k = rows // 2
   return jnp.clip(relative_distance(q_len, k_len, offset), -k, k) + k
 
 
@@ -83,10 +77,10 @@ def _row_gather(x: Array, cols: Array) -> Array:
                         mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
 
 
-def bucket_expand(x: Array, k_len: int, max_distance: int, offset) -> Array:
+def bucket_expand(x: Array, k_len: int, offset) -> Array:
   """:func:`expand` without its custom gradient (for kernels that write their own backward pass)."""
-  q_len = x.shape[-2]
-  return _row_gather(x, bucket_ids(q_len, k_len, max_distance, offset))
+  q_len, rows = x.shape[-2:]
+  return _row_gather(x, bucket_ids(q_len, k_len, rows, offset))
 
 
 def _masked_row_sums(p: Array, *conditions: Array) -> tuple:
@@ -99,9 +93,9 @@ def _masked_row_sums(p: Array, *conditions: Array) -> tuple:
   return tuple(s.astype(p.dtype) for s in sums)
 
 
-def bucket_reduce(p: Array, max_distance: int, offset) -> Array:
+def bucket_reduce(p: Array, rows: int, offset) -> Array:
   """:func:`reduce` without its custom gradient (for kernels that write their own backward pass)."""
-  k = max_distance
+  k = rows // 2
   if k == 0:
     return jnp.sum(p, axis=-1, keepdims=True, dtype=jnp.promote_types(p.dtype, jnp.float32)).astype(p.dtype)
   q_len, k_len = p.shape[-2:]
@@ -115,36 +109,41 @@ def bucket_reduce(p: Array, max_distance: int, offset) -> Array:
   return jnp.concatenate([left[..., None], inner, right[..., None]], axis=-1)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def expand(x: Array, k_len: int, max_distance: int, offset=0) -> Array:
+def expand(x: Array, k_len: int, offset=0) -> Array:
   """``[..., q, 2k+1] -> [..., q, k_len]``: ``out[i, j] = x[i, clip(j - i - offset, k) + k]``."""
-  return bucket_expand(x, k_len, max_distance, offset)
+  return _expand(x, k_len, x.shape[-1], offset)
 
 
-def _expand_fwd(x, k_len, max_distance, offset):
-  return bucket_expand(x, k_len, max_distance, offset), offset
+# The width 2k+1 rides along as a static argument: the backward pass gets only the [..., q, k_len] cotangent.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _expand(x: Array, k_len: int, rows: int, offset) -> Array:
+  return bucket_expand(x, k_len, offset)
 
 
-def _expand_bwd(k_len, max_distance, offset, g):
-  return bucket_reduce(g, max_distance, offset), _float0_like(offset)
+def _expand_fwd(x, k_len, rows, offset):
+  return bucket_expand(x, k_len, offset), offset
 
 
-expand.defvjp(_expand_fwd, _expand_bwd)
+def _expand_bwd(k_len, rows, offset, g):
+  return bucket_reduce(g, rows, offset), _float0_like(offset)
+
+
+_expand.defvjp(_expand_fwd, _expand_bwd)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def reduce(p: Array, max_distance: int, offset=0) -> Array:
-  """``[..., q, k_len] -> [..., q, 2k+1]``: sum of ``p[i, j]`` over the keys in each bucket."""
-  return bucket_reduce(p, max_distance, offset)
+def reduce(p: Array, rows: int, offset=0) -> Array:
+  """``[..., q, k_len] -> [..., q, rows]``: sum of ``p[i, j]`` over the keys in each of the ``rows = 2k+1`` buckets."""
+  return bucket_reduce(p, rows, offset)
 
 
-def _reduce_fwd(p, max_distance, offset):
-  return bucket_reduce(p, max_distance, offset), (offset, p.shape[-1])
+def _reduce_fwd(p, rows, offset):
+  return bucket_reduce(p, rows, offset), (offset, p.shape[-1])
 
 
-def _reduce_bwd(max_distance, res, g):
+def _reduce_bwd(rows, res, g):
   offset, k_len = res
-  return bucket_expand(g, k_len, max_distance, offset), _float0_like(offset)
+  return bucket_expand(g, k_len, offset), _float0_like(offset)
 
 
 reduce.defvjp(_reduce_fwd, _reduce_bwd)
@@ -178,17 +177,17 @@ class Relative:
   """Shaw et al. (2018) relative terms for one attention call.
 
   Attributes:
-    max_distance: clipping distance k; relative ids are ``clip(j - i - offset, -k, k) + k``.
     key_table: a^K table ``[2k+1, head_dim]`` (shared across heads) or
-      ``[heads, 2k+1, head_dim]`` (per head), or None to switch a^K off.
-    value_table: a^V table, same layouts, or None.
+      ``[heads, 2k+1, head_dim]`` (per head), or None to switch a^K off. Its
+      ``2k+1`` rows give the clipping distance k (:attr:`max_distance`):
+      relative ids are ``clip(j - i - offset, -k, k) + k``.
+    value_table: a^V table, same layouts and rows, or None.
     offset: position of query 0 relative to key 0 (a decoder step at ``t`` has ``offset=t``).
     ids: explicit relation ids ``[q, k]`` or ``[batch, q, k]`` in ``[0, num_relations)``
-      (trees, graphs); when given, ``max_distance`` and ``offset`` are ignored and
-      the tables have ``num_relations`` rows.
+      (trees, graphs); when given, ``offset`` is ignored, the tables have
+      ``num_relations`` rows, and nothing is clipped.
   """
 
-  max_distance: int = 0
   key_table: Optional[Array] = None
   value_table: Optional[Array] = None
   offset: object = 0
@@ -196,27 +195,37 @@ class Relative:
 
   @property
   def num_relations(self) -> int:
+    """Rows of the tables (``2k+1`` without ``ids``); 1 without tables."""
     for t in (self.key_table, self.value_table):
       if t is not None:
         return t.shape[-2]
-    return 2 * self.max_distance + 1
+    return 1
+
+  @property
+  def max_distance(self) -> int:
+    """Shaw's clipping distance k, read from the tables' ``2k+1`` rows (0 without tables: no terms to clip)."""
+    return self.num_relations // 2
+
+  @property
+  def static_offset(self) -> Optional[int]:
+    """``offset`` when it is a Python or NumPy int, known when tracing (training); None when traced (decoding)."""
+    o = self.offset
+    return int(o) if isinstance(o, (int, np.integer)) and not isinstance(o, bool) else None
 
   def check(self, num_heads: int, head_dim: int) -> None:
-    if self.ids is None:
-      k = check_max_distance(self.max_distance)
-      want = 2 * k + 1
-    else:
-      want = self.num_relations
+    """Raises ``ValueError`` for tables of the wrong layout, or of different (or, without ``ids``, even) rows."""
+    want = None  # the rows of the first table, which the other must have
     for name, t in (("key_table", self.key_table), ("value_table", self.value_table)):
       if t is None:
         continue
-      if t.ndim not in (2, 3) or t.shape[-2] != want:
-        raise ValueError(
-            f"Relative.{name} has shape {tuple(t.shape)}; allowed: [{want}, {head_dim}] or "
-            f"[{num_heads}, {want}, {head_dim}] ({want} = 2k+1 rows for k={self.max_distance})"
-            if self.ids is None else
-            f"Relative.{name} has shape {tuple(t.shape)}; allowed: [{want}, {head_dim}] or "
-            f"[{num_heads}, {want}, {head_dim}]")
+      rows = t.shape[-2] if t.ndim in (2, 3) else None
+      if want is None and rows is not None and (rows % 2 or self.ids is not None):
+        want = rows
+      if rows is None or rows != want:
+        r, why = ((want, " (the rows of key_table)") if want is not None else
+                  ("R", "") if self.ids is not None else ("2k+1", " (an odd count: it gives the clipping distance k)"))
+        raise ValueError(f"Relative.{name} has shape {tuple(t.shape)}; allowed: [{r}, {head_dim}] or "
+                         f"[{num_heads}, {r}, {head_dim}]{why}")
       if t.shape[-1] != head_dim:
         raise ValueError(f"Relative.{name} head_dim is {t.shape[-1]}, but the heads have head_dim {head_dim}")
       if t.ndim == 3 and t.shape[0] != num_heads:
@@ -233,27 +242,27 @@ class Relative:
     Exact (the gradient of the cut rows is zero, as it is uncut); a traced
     offset (cached decoding) or explicit ids leave the terms as they are.
     """
-    if self.ids is not None or not isinstance(self.offset, (int, np.integer)) or isinstance(self.offset, bool):
+    offset = self.static_offset
+    if self.ids is not None or offset is None:
       return self
     k = self.max_distance
-    reach = max(q_length - 1 + int(self.offset), k_length - 1 - int(self.offset), 0)
+    reach = max(q_length - 1 + offset, k_length - 1 - offset, 0)
     if reach >= k:
       return self
     cut = lambda t: None if t is None else t[..., k - reach:k + reach + 1, :]
-    return dataclasses.replace(self, max_distance=reach, key_table=cut(self.key_table),
-                               value_table=cut(self.value_table))
+    return dataclasses.replace(self, key_table=cut(self.key_table), value_table=cut(self.value_table))
 
   def expand(self, x: Array, k_length: int) -> Array:
     """``[b, h, q, R] -> [b, h, q, k]``."""
     if self.ids is not None:
       return expand_ids(x, self.ids)
-    return expand(x, k_length, self.max_distance, self.offset)
+    return expand(x, k_length, self.offset)
 
   def reduce(self, p: Array) -> Array:
     """``[b, h, q, k] -> [b, h, q, R]``."""
     if self.ids is not None:
       return reduce_ids(p, self.ids, self.num_relations)
-    return reduce(p, self.max_distance, self.offset)
+    return reduce(p, self.num_relations, self.offset)
 
 
 def _table_einsum(spec_shared: str, spec_heads: str, a: Array, table: Array) -> Array:
@@ -286,36 +295,40 @@ def _head_major_gather(x: Array, cols: Array) -> Array:
                         mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def expand_heads(x: Array, k_len: int, max_distance: int, offset=0) -> Array:
+def expand_heads(x: Array, k_len: int, offset=0) -> Array:
   """:func:`expand` from head-major buckets: ``[h, b, q, 2k+1] -> [b, h, q, k_len]``."""
-  return _head_major_gather(x, bucket_ids(x.shape[-2], k_len, max_distance, offset))
+  return _expand_heads(x, k_len, x.shape[-1], offset)
 
 
-def _expand_heads_fwd(x, k_len, max_distance, offset):
-  return expand_heads(x, k_len, max_distance, offset), offset
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _expand_heads(x: Array, k_len: int, rows: int, offset) -> Array:
+  return _head_major_gather(x, bucket_ids(x.shape[-2], k_len, rows, offset))
 
 
-def _expand_heads_bwd(k_len, max_distance, offset, g):
-  return jnp.swapaxes(bucket_reduce(g, max_distance, offset), 0, 1), _float0_like(offset)
+def _expand_heads_fwd(x, k_len, rows, offset):
+  return _expand_heads(x, k_len, rows, offset), offset
 
 
-expand_heads.defvjp(_expand_heads_fwd, _expand_heads_bwd)
+def _expand_heads_bwd(k_len, rows, offset, g):
+  return jnp.swapaxes(bucket_reduce(g, rows, offset), 0, 1), _float0_like(offset)
+
+
+_expand_heads.defvjp(_expand_heads_fwd, _expand_heads_bwd)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def reduce_heads(p: Array, max_distance: int, offset=0) -> Array:
-  """:func:`reduce` into head-major buckets: ``[b, h, q, k_len] -> [h, b, q, 2k+1]``."""
-  return jnp.swapaxes(bucket_reduce(p, max_distance, offset), 0, 1)
+def reduce_heads(p: Array, rows: int, offset=0) -> Array:
+  """:func:`reduce` into head-major buckets: ``[b, h, q, k_len] -> [h, b, q, rows]`` (``rows = 2k+1``)."""
+  return jnp.swapaxes(bucket_reduce(p, rows, offset), 0, 1)
 
 
-def _reduce_heads_fwd(p, max_distance, offset):
-  return reduce_heads(p, max_distance, offset), (offset, p.shape[-1])
+def _reduce_heads_fwd(p, rows, offset):
+  return reduce_heads(p, rows, offset), (offset, p.shape[-1])
 
 
-def _reduce_heads_bwd(max_distance, res, g):
+def _reduce_heads_bwd(rows, res, g):
   offset, k_len = res
-  return _head_major_gather(g, bucket_ids(g.shape[-2], k_len, max_distance, offset)), _float0_like(offset)
+  return _head_major_gather(g, bucket_ids(g.shape[-2], k_len, rows, offset)), _float0_like(offset)
 
 
 reduce_heads.defvjp(_reduce_heads_fwd, _reduce_heads_bwd)
@@ -375,7 +388,7 @@ def relative_logits(query: Array, relative: Relative, k_length: int) -> Array:
     qw = _table_einsum("bqhd,rd->bhqr", "bqhd,hrd->bhqr", query, relative.key_table)
     return relative.expand(qw, k_length)
   qw = query_table_product(query, _per_head(relative.key_table, query.shape[2], query.dtype))
-  return expand_heads(qw, k_length, relative.max_distance, relative.offset)
+  return expand_heads(qw, k_length, relative.offset)
 
 
 def relative_values(weights: Array, relative: Relative) -> Array:
@@ -383,5 +396,5 @@ def relative_values(weights: Array, relative: Relative) -> Array:
   if relative.ids is not None:
     buckets = relative.reduce(weights)
     return _table_einsum("bhqr,rd->bqhd", "bhqr,hrd->bqhd", buckets, relative.value_table)
-  buckets = reduce_heads(weights, relative.max_distance, relative.offset)
+  buckets = reduce_heads(weights, relative.num_relations, relative.offset)
   return bucket_table_product(buckets, _per_head(relative.value_table, weights.shape[1], weights.dtype))

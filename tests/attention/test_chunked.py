@@ -78,7 +78,7 @@ def test_shaw_matches_dense(x64, rng, k, terms, offset):
   g = jnp.asarray(rng.normal(size=q.shape))
 
   def relative(kt, vt):
-    return attn.Relative(k, kt if "k" in terms else None, vt if "v" in terms else None, offset=offset)
+    return attn.Relative(kt if "k" in terms else None, vt if "v" in terms else None, offset=offset)
 
   dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=relative(kt, vt))
   chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=relative(kt, vt), **BLOCKS)
@@ -98,7 +98,7 @@ def test_shaw_with_masks_matches_dense(x64, rng, causal, padded, shared, window,
   key_valid = jnp.asarray(np.arange(nk)[None, :] < np.array([[nk], [6]])) if padded else None
   mask = dense_mask(b, nq, nk, key_valid, causal, q_offset, window)
   g = jnp.asarray(rng.normal(size=q.shape))
-  rel = lambda kt, vt: attn.Relative(2, kt, vt, offset=q_offset)
+  rel = lambda kt, vt: attn.Relative(kt, vt, offset=q_offset)
   dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
   chunked = lambda q, kk, v, kt, vt: chunked_attention(
       q, kk, v, relative=rel(kt, vt), mask=attn.Mask(key_valid=key_valid, causal=causal, window=window),
@@ -118,7 +118,7 @@ def test_shaw_band_edges_match_dense(x64, rng, nq, nk, block_q, block_k, offset,
   kt, vt = tables(rng, 5, h)
   mask = dense_mask(b, nq, nk, causal=causal, q_offset=offset)
   g = jnp.asarray(rng.normal(size=q.shape))
-  rel = lambda kt, vt: attn.Relative(5, kt, vt, offset=offset)
+  rel = lambda kt, vt: attn.Relative(kt, vt, offset=offset)
   dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
   chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), mask=attn.Mask(causal=causal),
                                                        q_offset=offset, block_q=block_q, block_k=block_k)
@@ -133,7 +133,7 @@ def test_shaw_with_a_bias_closure_matches_dense(x64, rng):
   slopes = jnp.asarray(rng.uniform(0.1, 1.0, size=(h,)))
   g = jnp.asarray(rng.normal(size=q.shape))
   dist = lambda qp, kp: jnp.abs(kp[None, :] - qp[:, None]).astype(slopes.dtype)
-  rel = lambda kt, vt: attn.Relative(3, kt, vt)
+  rel = lambda kt, vt: attn.Relative(kt, vt)
   dense = lambda q, kk, v, kt, vt, s: attn.dot_product_attention(
       q, kk, v, relative=rel(kt, vt), bias=-s[None, :, None, None] * dist(jnp.arange(nq), jnp.arange(nk))[None, None])
   chunked = lambda q, kk, v, kt, vt, s: chunked_attention(
@@ -148,7 +148,7 @@ def test_dense_mask_argument_matches_dense(x64, rng):
   mask = jnp.asarray(rng.random((b, 1, nq, nk)) < 0.7).at[..., 0].set(True)
   kt, vt = tables(rng, 2, h)
   g = jnp.asarray(rng.normal(size=q.shape))
-  rel = lambda kt, vt: attn.Relative(2, kt, vt)
+  rel = lambda kt, vt: attn.Relative(kt, vt)
   dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
   chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), mask=mask, **BLOCKS)
   compare(dense, chunked, (q, kk, v, kt, vt), g)
@@ -159,7 +159,7 @@ def test_block_sizes_do_not_change_the_result(x64, rng, block_q, block_k):
   q, kk, v = qkv(rng)
   kt, vt = tables(rng, 2)
   g = jnp.asarray(rng.normal(size=q.shape))
-  rel = lambda kt, vt: attn.Relative(2, kt, vt, offset=1)
+  rel = lambda kt, vt: attn.Relative(kt, vt, offset=1)
   dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt))
   chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), block_q=block_q,
                                                        block_k=block_k)
@@ -214,7 +214,7 @@ def test_shaw_corner_blocks_match_dense(x64, rng, nq, nk, offset, terms, causal,
   g = jnp.asarray(rng.normal(size=q.shape))
 
   def rel(kt, vt):
-    return attn.Relative(k, kt if "k" in terms else None, vt if "v" in terms else None, offset=offset)
+    return attn.Relative(kt if "k" in terms else None, vt if "v" in terms else None, offset=offset)
 
   dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
   chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt),
@@ -230,7 +230,7 @@ def test_decoder_step_with_traced_offset(x64, rng):
 
   @jax.jit
   def both(t):
-    rel = attn.Relative(2, kt, vt, offset=t)
+    rel = attn.Relative(kt, vt, offset=t)
     mask = attn.causal_mask(1, 9, t)
     return (attn.dot_product_attention(q, kk, v, relative=rel, mask=mask),
             chunked_attention(q, kk, v, relative=rel, mask=attn.Mask(causal=True), q_offset=t, **BLOCKS))
@@ -266,9 +266,9 @@ def test_window_matches_reference(x64, rng, nq, nk, block_q, block_k, window, ca
   dense = np.broadcast_to(np.asarray(mask.dense(nq, nk, q_offset)), (b, h, nq, nk))
   empty_rows = np.transpose(~dense.any(-1), (0, 2, 1))[..., None]  # [b, nq, h, 1], as the output
   g = jnp.asarray(rng.normal(size=q.shape))
-  shaw = lambda kt, vt: None if k is None else attn.Relative(k, kt, vt, offset=q_offset)
+  shaw = lambda kt, vt: None if k is None else attn.Relative(kt, vt, offset=q_offset)
   fns = (lambda q, kk, v, kt, vt: reference.shaw_attention_reference(
-             q, kk, v, *((kt, vt, k) if k is not None else (None, None, 0)), q_offset, jnp.asarray(dense)),
+             q, kk, v, *((kt, vt) if k is not None else (None, None)), q_offset, jnp.asarray(dense)),
          lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=shaw(kt, vt), mask=mask, q_offset=q_offset,
                                                     block_q=block_q, block_k=block_k))
 
@@ -297,7 +297,7 @@ def test_window_with_a_traced_offset_matches_dense(x64, rng):
 
   @jax.jit
   def both(t):
-    rel = attn.Relative(2, kt, vt, offset=t)
+    rel = attn.Relative(kt, vt, offset=t)
     mask = attn.Mask(causal=True, window=5)
     return (attn.dot_product_attention(q, kk, v, relative=rel, mask=mask, q_offset=t),
             chunked_attention(q, kk, v, relative=rel, mask=mask, q_offset=t, block_q=4, block_k=4))
@@ -325,6 +325,12 @@ def block_pairs_with_a_visible_key(nq, nk, block_q, block_k, window, causal, q_o
   return set(zip((i // block_q).tolist(), (j // block_k).tolist()))
 
 
+def shaw_terms(k, offset=0):
+  """What a plan reads of Shaw's terms: k from tables of 2k+1 rows (their values unused) and the offset; None: no
+  terms."""
+  return None if k is None else attn.Relative(jnp.zeros((2 * k + 1, 1)), offset=offset)
+
+
 @pytest.mark.parametrize("length,block,window", [(1024, 64, 32), (4096, 64, 32), (1024, 64, 100)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("max_distance", [None, 16])
@@ -333,11 +339,11 @@ def test_window_plan_visits_o_length_times_window_tiles(length, block, window, c
   # per query block, not all length / block of them, and exactly the tiles
   # that hold a visible key.
   n = length // block
-  plan = Plan.make(block, block, length, causal, window, max_distance, 0 if max_distance else None)
+  plan = Plan.make(block, block, length, causal, window, shaw_terms(max_distance))
   tiles = visited(plan, n)
   assert set(tiles) == block_pairs_with_a_visible_key(length, length, block, block, window, causal, 0)
   assert len(tiles) <= n * (2 * window // block + 2)
-  assert len(visited(Plan.make(block, block, length, causal, None, max_distance, 0), n)) == (
+  assert len(visited(Plan.make(block, block, length, causal, None, shaw_terms(max_distance)), n)) == (
       n * (n + 1) // 2 if causal else n * n)
 
 
@@ -349,7 +355,7 @@ def test_window_plan_visits_o_length_times_window_tiles(length, block, window, c
 def test_window_plan_visits_exactly_the_visible_tiles_with_the_right_shaw_case(nq, nk, block_q, block_k, window,
                                                                               causal, q_offset, static):
   k = 5
-  plan = Plan.make(block_q, block_k, nk, causal, window, k, q_offset if static else None)
+  plan = Plan.make(block_q, block_k, nk, causal, window, shaw_terms(k, q_offset if static else jnp.int32(q_offset)))
   assert (plan.diagonals is not None) == (static and block_q == block_k)
   tiles = visited(plan, nq // block_q, q_offset, q_offset)
   assert set(tiles) == block_pairs_with_a_visible_key(nq, nk, block_q, block_k, window, causal, q_offset)
@@ -377,7 +383,7 @@ def test_plain_matches_dense(x64, rng):
           lambda q, kk, v: chunked_attention(q, kk, v, **BLOCKS), (q, kk, v), g)
 
 
-T5_OPTIONS = dict(num_buckets=8, bucket_max_distance=16)
+T5_OPTIONS = dict(num_buckets=8, horizon=16)
 
 
 @pytest.mark.parametrize("scheme,options,causal", [
@@ -420,10 +426,10 @@ def test_bias_and_rotary_schemes_match_dense_with_parameter_gradients(x64, rng, 
 def test_dropout_is_deterministic_per_rng_and_its_gradient_matches_finite_differences(x64, rng, n, k, blocks):
   q, kk, v = qkv(rng, b=1, nq=n - 1, nk=n, h=2, d=3)
   kt, vt = tables(rng, k, h=2, d=3)
-  rel = attn.Relative(k, kt, vt)
+  rel = attn.Relative(kt, vt)
   g = jnp.asarray(rng.normal(size=q.shape))
   f = jax.jit(lambda x, key: jnp.sum(g * chunked_attention(
-      x[0], kk, v, relative=attn.Relative(k, x[1], x[2]), dropout_rate=0.4, dropout_rng=key, **blocks)))
+      x[0], kk, v, relative=attn.Relative(x[1], x[2]), dropout_rate=0.4, dropout_rng=key, **blocks)))
   x, key = (q, kt, vt), jax.random.PRNGKey(3)
   assert float(f(x, key)) == float(f(x, key))
   assert float(f(x, key)) != float(f(x, jax.random.PRNGKey(4)))
@@ -443,8 +449,8 @@ def test_dropout_is_deterministic_per_rng_and_its_gradient_matches_finite_differ
 def test_float32_and_bfloat16_inputs(rng):
   q, kk, v = (x.astype(jnp.float32) for x in qkv(rng))
   kt, vt = (t.astype(jnp.float32) for t in tables(rng, 2))
-  dense = jax.jit(lambda *a: attn.dot_product_attention(*a[:3], relative=attn.Relative(2, *a[3:])))(q, kk, v, kt, vt)
-  chunked = jax.jit(lambda *a: chunked_attention(*a[:3], relative=attn.Relative(2, *a[3:]), **BLOCKS))
+  dense = jax.jit(lambda *a: attn.dot_product_attention(*a[:3], relative=attn.Relative(*a[3:])))(q, kk, v, kt, vt)
+  chunked = jax.jit(lambda *a: chunked_attention(*a[:3], relative=attn.Relative(*a[3:]), **BLOCKS))
   out32 = chunked(q, kk, v, kt, vt)
   assert out32.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(out32), np.asarray(dense), rtol=1e-5, atol=1e-5)
@@ -482,7 +488,7 @@ def test_rows_without_a_visible_key_are_zero_and_finite(rng, dtype):
   # holds both paths to the float64 reference).
   q, kk, v = (x.astype(dtype) for x in qkv(rng))
   kt, vt = (t.astype(dtype) for t in tables(rng, 2))
-  f = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=attn.Relative(2, kt, vt, offset=-5),
+  f = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=attn.Relative(kt, vt, offset=-5),
                                                  mask=attn.Mask(causal=True), q_offset=-5, **BLOCKS)
 
   @jax.jit
@@ -508,7 +514,7 @@ def test_memory_grows_linearly_with_length():
     table = jnp.zeros((2, 2 * 16 + 1, 16))
 
     def loss(x, table):
-      rel = attn.Relative(16, table, table)
+      rel = attn.Relative(table, table)
       return jnp.sum(chunked_attention(x, x, x, relative=rel, block_q=64, block_k=64))
 
     return jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, table).compile().memory_analysis().temp_size_in_bytes
@@ -518,7 +524,7 @@ def test_memory_grows_linearly_with_length():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(relative=attn.Relative(1, ids=jnp.zeros((7, 9), jnp.int32), key_table=jnp.zeros((3, 4)))), "ids"),
+    (dict(relative=attn.Relative(ids=jnp.zeros((7, 9), jnp.int32), key_table=jnp.zeros((3, 4)))), "ids"),
     (dict(block_q=0), "block_q"),
     (dict(block_k=2.5), "block_k"),
     (dict(mask=attn.Mask(key_valid=jnp.ones((2, 7), bool))), "key_valid"),
@@ -537,7 +543,7 @@ def test_bad_arguments_raise(rng, kw, match):
 # The layer: implementation="chunked" is a drop-in for "dense" with the same parameters.
 
 
-OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, bucket_max_distance=16)}
+OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, horizon=16)}
 
 
 # Every registered scheme the layer takes by name (those acting in attention, and none; the absolute ones act

@@ -132,14 +132,14 @@ def as_jnp(x):
   return None if x is None else jnp.asarray(x)
 
 
-@functools.partial(jax.jit, static_argnames=("max_distance", "offset"))
-def fast_and_reference(q, k, v, table_pairs, mask, ids, *, max_distance, offset):
+@functools.partial(jax.jit, static_argnames=("offset",))
+def fast_and_reference(q, k, v, table_pairs, mask, ids, *, offset):
   """(fast, reference) outputs and weights for each (key_table, value_table) pair, in one compilation."""
   results = []
   for kt, vt in table_pairs:
-    relative = attn.Relative(max_distance, kt, vt, offset, ids)
+    relative = attn.Relative(kt, vt, offset, ids)
     results.append((attn.dot_product_attention(q, k, v, mask=mask, relative=relative, return_weights=True),
-                    reference.shaw_attention_reference(q, k, v, kt, vt, max_distance, offset, mask, ids,
+                    reference.shaw_attention_reference(q, k, v, kt, vt, offset, mask, ids,
                                                        return_weights=True)))
   return results
 
@@ -147,8 +147,7 @@ def fast_and_reference(q, k, v, table_pairs, mask, ids, *, max_distance, offset)
 def check_against_loop(q, k, v, table_pairs, max_distance, offset=0, mask=None, ids=None):
   """Fast path, reference and loop agree on outputs and weights (float64) for every table pair."""
   pairs = [(as_jnp(kt), as_jnp(vt)) for kt, vt in table_pairs]
-  results = fast_and_reference(*map(as_jnp, (q, k, v)), pairs, as_jnp(mask), as_jnp(ids),
-                               max_distance=max_distance, offset=offset)
+  results = fast_and_reference(*map(as_jnp, (q, k, v)), pairs, as_jnp(mask), as_jnp(ids), offset=offset)
   for (kt, vt), ((fast, fast_w), (ref, ref_w)) in zip(table_pairs, results):
     assert fast.dtype == jnp.float64
     z, alpha = shaw_loop(q, k, v, kt, vt, max_distance, offset, mask, ids)
@@ -193,7 +192,7 @@ def test_shaw_matches_loop_when_k_exceeds_every_distance(x64, rng, offset, nq, n
   # k = 9 on a few positions: only the rows the lengths can reach are used (the tables get cut).
   q, k, v = qkv(rng, nq=nq, nk=nk)
   reach = max(nq - 1 + offset, nk - 1 - offset)
-  relative = attn.Relative(9, *map(as_jnp, tables(rng, "shared", "both", rows=19)), offset)
+  relative = attn.Relative(*map(as_jnp, tables(rng, "shared", "both", rows=19)), offset)
   cut = relative.within(nq, nk)
   assert cut.max_distance == reach < 9 and cut.key_table.shape[0] == cut.value_table.shape[0] == 2 * reach + 1
   np.testing.assert_array_equal(cut.key_table, relative.key_table[9 - reach:9 + reach + 1])
@@ -203,12 +202,12 @@ def test_shaw_matches_loop_when_k_exceeds_every_distance(x64, rng, offset, nq, n
 
 def test_within_keeps_the_tables_when_the_lengths_reach_k_or_the_offset_is_traced():
   table = jnp.ones((11, 4))
-  relative = attn.Relative(5, table, table)
+  relative = attn.Relative(table, table)
   assert relative.within(6, 6) is relative  # distance 5 is reachable
   assert relative.within(4, 4).max_distance == 3
-  traced = jax.jit(lambda t: attn.Relative(5, table, table, t).within(4, 4).max_distance)
+  traced = jax.jit(lambda t: attn.Relative(table, table, t).within(4, 4).max_distance)
   assert traced(jnp.int32(0)) == 5
-  ids = attn.Relative(0, jnp.ones((3, 4)), None, 0, jnp.zeros((2, 2), jnp.int32))
+  ids = attn.Relative(jnp.ones((3, 4)), None, 0, jnp.zeros((2, 2), jnp.int32))
   assert ids.within(2, 2) is ids
 
 
@@ -250,9 +249,9 @@ def test_gradients_match_reference(x64, rng, case):
     return lambda *a: jnp.sum(fn(*a) * cotangent)
 
   fast = loss(lambda q, k, v, kt, vt: attn.dot_product_attention(
-      q, k, v, mask=as_jnp(mask), relative=attn.Relative(kd, kt, vt, off, as_jnp(ids))))
+      q, k, v, mask=as_jnp(mask), relative=attn.Relative(kt, vt, off, as_jnp(ids))))
   slow = loss(lambda q, k, v, kt, vt: reference.shaw_attention_reference(
-      q, k, v, kt, vt, kd, off, as_jnp(mask), as_jnp(ids)))
+      q, k, v, kt, vt, off, as_jnp(mask), as_jnp(ids)))
   args = tuple(map(jnp.asarray, (q, k, v, kt, vt)))
   grads = jax.jit(lambda *a: (jax.grad(fast, argnums=range(5))(*a), jax.grad(slow, argnums=range(5))(*a)))(*args)
   for name, g_fast, g_slow in zip(("query", "key", "value", "key_table", "value_table"), *grads):
@@ -264,9 +263,9 @@ def test_gradients_match_reference(x64, rng, case):
 # 2. Clipping.
 
 
-@functools.partial(jax.jit, static_argnames=("max_distance", "offset"))
-def shaw(q, k, v, kt, vt, mask=None, *, max_distance, offset=0):
-  return attn.dot_product_attention(q, k, v, mask=mask, relative=attn.Relative(max_distance, kt, vt, offset))
+@functools.partial(jax.jit, static_argnames=("offset",))
+def shaw(q, k, v, kt, vt, mask=None, *, offset=0):
+  return attn.dot_product_attention(q, k, v, mask=mask, relative=attn.Relative(kt, vt, offset))
 
 
 @pytest.mark.parametrize("offset,nq", [(0, 7), (6, 1)])
@@ -278,12 +277,12 @@ def test_clipped_tables_equal_unclipped_tables_with_edges_repeated(x64, rng, off
   kt, vt = tables(rng, "per_head", "both", rows=5)
   edge = np.clip(np.arange(-6, 7), -2, 2) + 2
   wide_kt, wide_vt = kt[:, edge], vt[:, edge]
-  clipped = shaw(*map(jnp.asarray, (q, k, v, kt, vt)), max_distance=2, offset=offset)
-  wide = shaw(*map(jnp.asarray, (q, k, v, wide_kt, wide_vt)), max_distance=6, offset=offset)
+  clipped = shaw(*map(jnp.asarray, (q, k, v, kt, vt)), offset=offset)
+  wide = shaw(*map(jnp.asarray, (q, k, v, wide_kt, wide_vt)), offset=offset)
   np.testing.assert_allclose(np.asarray(clipped), np.asarray(wide), rtol=1e-12, atol=1e-12)
   # And the far rows matter: changing a wide table's outer rows changes the output.
   wide_kt[:, 0] += 1.0
-  moved = shaw(*map(jnp.asarray, (q, k, v, wide_kt, wide_vt)), max_distance=6, offset=offset)
+  moved = shaw(*map(jnp.asarray, (q, k, v, wide_kt, wide_vt)), offset=offset)
   assert np.max(np.abs(np.asarray(moved) - np.asarray(wide))) > 1e-3
 
 
@@ -292,7 +291,7 @@ def test_clipped_key_contribution_is_the_distance_2_vector(x64, rng):
   q = rng.normal(size=(1, 1, 1, D))
   kt = rng.normal(size=(5, D))
   scaled = q / math.sqrt(D)
-  got = np.asarray(jax.jit(lambda q, t: relative_logits(q, attn.Relative(2, t), 7))(
+  got = np.asarray(jax.jit(lambda q, t: relative_logits(q, attn.Relative(t), 7))(
       jnp.asarray(scaled), jnp.asarray(kt)))[0, 0, 0]
   want = [scaled[0, 0, 0] @ kt[min(j, 2) + 2] for j in range(7)]
   np.testing.assert_allclose(got, want, rtol=1e-12)
@@ -308,20 +307,20 @@ def test_shaw_offset_is_translation_invariant(x64, rng):
   junk = rng.normal(size=(B, 3, H, D))
   k2, v2 = np.concatenate([junk, k], 1), np.concatenate([junk, v], 1)
   mask = (np.arange(7) >= 3)[None, None, None, :]
-  base = shaw(*map(jnp.asarray, (q, k, v, kt, vt)), max_distance=2, offset=1)
-  moved = shaw(*map(jnp.asarray, (q, k2, v2, kt, vt, mask)), max_distance=2, offset=4)
+  base = shaw(*map(jnp.asarray, (q, k, v, kt, vt)), offset=1)
+  moved = shaw(*map(jnp.asarray, (q, k2, v2, kt, vt, mask)), offset=4)
   np.testing.assert_allclose(np.asarray(moved), np.asarray(base), rtol=1e-12, atol=1e-12)
   # Moving only the keys changes every distance, and the output.
-  unmoved = shaw(*map(jnp.asarray, (q, k2, v2, kt, vt, mask)), max_distance=2, offset=1)
+  unmoved = shaw(*map(jnp.asarray, (q, k2, v2, kt, vt, mask)), offset=1)
   assert np.max(np.abs(np.asarray(unmoved) - np.asarray(base))) > 1e-3
 
 
-@functools.partial(jax.jit, static_argnames=("max_distance",))
-def shaw_self(x, wq, wk, wv, kt, vt, *, max_distance):
+@jax.jit
+def shaw_self(x, wq, wk, wv, kt, vt):
   """Self-attention with projections, so permuting the input permutes q, k and v together."""
   proj = lambda w: jnp.einsum("bnf,fhd->bnhd", x, w)
   return attn.dot_product_attention(proj(wq), proj(wk), proj(wv),
-                                    relative=attn.Relative(max_distance, kt, vt))
+                                    relative=attn.Relative(kt, vt))
 
 
 def test_k0_is_blind_to_order(x64, rng):
@@ -329,13 +328,13 @@ def test_k0_is_blind_to_order(x64, rng):
   kt, vt = tables(rng, "per_head", "both", rows=1)
   perm = rng.permutation(6)
   args = lambda k, v: tuple(map(jnp.asarray, (q, k, v, kt, vt)))
-  base = shaw(*args(k, v), max_distance=0)
-  permuted = shaw(*args(k[:, perm], v[:, perm]), max_distance=0)
+  base = shaw(*args(k, v))
+  permuted = shaw(*args(k[:, perm], v[:, perm]))
   np.testing.assert_allclose(np.asarray(permuted), np.asarray(base), rtol=1e-12, atol=1e-12)
   # The same permutation is visible with k = 1 (so the check above can fail).
   kt1, vt1 = tables(rng, "per_head", "both", rows=3)
-  base1 = shaw(*map(jnp.asarray, (q, k, v, kt1, vt1)), max_distance=1)
-  permuted1 = shaw(*map(jnp.asarray, (q, k[:, perm], v[:, perm], kt1, vt1)), max_distance=1)
+  base1 = shaw(*map(jnp.asarray, (q, k, v, kt1, vt1)))
+  permuted1 = shaw(*map(jnp.asarray, (q, k[:, perm], v[:, perm], kt1, vt1)))
   assert np.max(np.abs(np.asarray(permuted1) - np.asarray(base1))) > 1e-3
 
 
@@ -345,7 +344,7 @@ def test_k0_self_attention_is_permutation_equivariant(x64, rng, max_distance, eq
   w = [rng.normal(size=(4, H, D)) for _ in range(3)]
   kt, vt = tables(rng, "shared", "both", rows=2 * max_distance + 1)
   perm = rng.permutation(6)
-  f = lambda x: np.asarray(shaw_self(*map(jnp.asarray, (x, *w, kt, vt)), max_distance=max_distance))
+  f = lambda x: np.asarray(shaw_self(*map(jnp.asarray, (x, *w, kt, vt))))
   gap = np.max(np.abs(f(x[:, perm]) - f(x)[:, perm]))
   assert (gap < 1e-12) == equivariant, gap
 
@@ -359,7 +358,7 @@ def test_padded_keys_get_zero_weight_and_their_values_do_not_matter(rng):
   kt, vt = tables(rng, "per_head", "both", rows=5)
   mask = padding(4, 5, (5, 3))
   run = jax.jit(lambda q, k, v, kt, vt, m: attn.dot_product_attention(
-      q, k, v, mask=m, relative=attn.Relative(2, kt, vt), return_weights=True))
+      q, k, v, mask=m, relative=attn.Relative(kt, vt), return_weights=True))
   args = lambda k, v: tuple(jnp.asarray(a, jnp.float32) for a in (q, k, v, kt, vt)) + (jnp.asarray(mask),)
   out, weights = run(*args(k, v))
   assert np.all(np.asarray(weights)[1, :, :, 3:] == 0.0)  # exactly zero, not just small
@@ -409,11 +408,11 @@ def test_rows_without_a_key_are_zero_with_zero_gradient(x64, rng, case):
 
   fns = {
       "dense": lambda q, k, v, kt, vt: attn.dot_product_attention(
-          q, k, v, mask=mask, q_offset=off, relative=attn.Relative(kd, kt, vt, off)),
+          q, k, v, mask=mask, q_offset=off, relative=attn.Relative(kt, vt, off)),
       "chunked": lambda q, k, v, kt, vt: attn.chunked_attention(
-          q, k, v, mask=mask, q_offset=off, relative=attn.Relative(kd, kt, vt, off), block_q=3, block_k=4),
+          q, k, v, mask=mask, q_offset=off, relative=attn.Relative(kt, vt, off), block_q=3, block_k=4),
       "reference": lambda q, k, v, kt, vt: reference.shaw_attention_reference(
-          q, k, v, kt, vt, kd, off, jnp.asarray(dense_mask)),
+          q, k, v, kt, vt, off, jnp.asarray(dense_mask)),
   }
 
   @jax.jit
@@ -423,7 +422,7 @@ def test_rows_without_a_key_are_zero_with_zero_gradient(x64, rng, case):
       out, vjp = jax.vjp(f, *args)
       results[name] = out, [vjp(jnp.asarray(g)) for g in cotangents]
     _, weights = attn.dot_product_attention(*args[:3], mask=mask, q_offset=off,
-                                            relative=attn.Relative(kd, *args[3:], off), return_weights=True)
+                                            relative=attn.Relative(*args[3:], off), return_weights=True)
     return results, weights
 
   results, weights = run(*map(jnp.asarray, (q, k, v, kt, vt)))
@@ -522,11 +521,15 @@ ATTENTION = {"dense": attn.dot_product_attention, "chunked": attn.chunked_attent
 
 
 @pytest.mark.parametrize("relative,match", [
-    (attn.Relative(-1, jnp.zeros((3, D))), r"max_distance \(clipping distance k\) must be >= 0, got -1"),
-    (attn.Relative(2, jnp.zeros((4, D))), r"key_table has shape \(4, 3\); allowed: \[5, 3\] or \[2, 5, 3\]"),
-    (attn.Relative(1, None, jnp.zeros((H, 5, D))), r"value_table has shape \(2, 5, 3\); allowed: \[3, 3\]"),
-    (attn.Relative(1, jnp.zeros((3, D + 1))), r"key_table head_dim is 4, but the heads have head_dim 3"),
-    (attn.Relative(1, jnp.zeros((H + 1, 3, D))), r"key_table has 3 head tables, but attention has 2 heads"),
+    (attn.Relative(jnp.zeros((4, D))), r"key_table has shape \(4, 3\); allowed: \[2k\+1, 3\] or \[2, 2k\+1, 3\] "
+                                       r"\(an odd count: it gives the clipping distance k\)"),
+    (attn.Relative(jnp.zeros((3, D)), jnp.zeros((H, 5, D))),
+     r"value_table has shape \(2, 5, 3\); allowed: \[3, 3\] or \[2, 3, 3\] \(the rows of key_table\)"),
+    (attn.Relative(jnp.zeros((D,))), r"key_table has shape \(3,\); allowed: \[2k\+1, 3\]"),
+    (attn.Relative(jnp.zeros((3, 2, 3, D)), ids=jnp.zeros((4, 4), jnp.int32)),
+     r"key_table has shape \(3, 2, 3, 3\); allowed: \[R, 3\] or \[2, R, 3\]$"),
+    (attn.Relative(jnp.zeros((3, D + 1))), r"key_table head_dim is 4, but the heads have head_dim 3"),
+    (attn.Relative(jnp.zeros((H + 1, 3, D))), r"key_table has 3 head tables, but attention has 2 heads"),
 ])
 def test_bad_relative_tables_raise(relative, match):
   with pytest.raises(ValueError, match=match):
@@ -588,6 +591,7 @@ def test_window_mask_bad_window_raises(window):
     attn.window_mask(4, 4, window)
 
 
-def test_reference_rejects_negative_max_distance():
-  with pytest.raises(ValueError, match=r"max_distance must be >= 0, got -1"):
-    reference.shaw_attention_reference(*_qkv32(), None, None, -1)
+@pytest.mark.parametrize("key_rows,value_rows", [(4, 4), (3, 5)])
+def test_reference_rejects_tables_that_give_no_clipping_distance(key_rows, value_rows):
+  with pytest.raises(ValueError, match=r"the tables have \[.*\] rows; allowed: one odd count, 2k\+1"):
+    reference.shaw_attention_reference(*_qkv32(), jnp.zeros((key_rows, D)), jnp.zeros((value_rows, D)))

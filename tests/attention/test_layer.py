@@ -26,7 +26,7 @@ from rpr.attention import MultiHeadAttention
 SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "rope", "alibi", "alibi_directional")
 F, H, L = 8, 2, 5  # features, heads (head_dim 4), length
 # The options of the schemes that have some; the others take their defaults.
-OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, bucket_max_distance=16)}
+OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, horizon=16)}
 MAX_LENGTH = 16
 WINDOW = 2
 
@@ -233,7 +233,7 @@ def test_shaw_layer_matches_reference(random_variables, share_heads, implementat
     proj = lambda name: jnp.einsum("blf,fhd->blhd", x, p[name]["kernel"])
     tables = p["position"]
     ref = reference.shaw_attention_reference(
-        proj("query"), proj("key"), proj("value"), tables["key_table"], tables["value_table"], 1,
+        proj("query"), proj("key"), proj("value"), tables["key_table"], tables["value_table"],
         mask=attn.combine(mask, attn.causal_mask(L, L)))
     return model.apply(params, x, key_valid=valid), jnp.einsum("blhd,hdf->blf", ref, p["out"]["kernel"])
 

@@ -99,8 +99,8 @@ def test_parametrised_scheme_lists_are_the_registry():
 @pytest.mark.parametrize("scheme,options,match", [
     ("shaw", dict(max_distance=-3), r"shaw option max_distance = -3 is not allowed; allowed: an int >= 0 and <= 65536"),
     ("t5", dict(num_buckets=1), r"t5 option num_buckets = 1 is not allowed; allowed: an int >= 2"),
-    ("t5", dict(num_buckets=32, bucket_max_distance=8),
-     r"t5 option bucket_max_distance = 8 is not allowed; allowed: an int >= num_buckets \(32\)"),
+    ("t5", dict(num_buckets=32, horizon=8),
+     r"t5 option horizon = 8 is not allowed; allowed: an int >= num_buckets \(32\)"),
     ("rope", dict(rope_base=1.0), r"rope option rope_base = 1\.0 is not allowed; allowed: a finite number > 1"),
     ("learned", dict(learned_init_std=0.0), r"learned option learned_init_std = 0\.0 is not allowed"),
     # A name the scheme does not declare, or a value of the wrong type.
@@ -133,7 +133,7 @@ def test_learned_table_starts_at_learned_init_std(std):
 def test_each_scheme_declares_its_options_with_their_only_defaults():
   assert positions.defaults("shaw") == dict(max_distance=16, use_keys=True, use_values=True, share_heads=False,
                                             add_sinusoidal=False)
-  assert positions.defaults("t5") == dict(num_buckets=32, bucket_max_distance=128)
+  assert positions.defaults("t5") == dict(num_buckets=32, horizon=128)
   assert positions.defaults("rope") == dict(rope_base=10000.0)
   assert positions.defaults("learned") == dict(learned_init_std=0.02)
   for name in ("none", "sinusoidal", "alibi", "alibi_directional"):
@@ -150,8 +150,8 @@ def test_make_gives_each_scheme_its_own_typed_options():
   shaw = positions.make("shaw", 2, 4, options=dict(max_distance=3, share_heads=True))
   o = shaw.options
   assert (o.max_distance, o.share_heads, o.use_keys, o.use_values) == (3, True, True, True)
-  t5 = positions.make("t5", 2, 4, causal=True, options=dict(num_buckets=8, bucket_max_distance=16))
-  assert (t5.options.num_buckets, t5.options.bucket_max_distance, t5.causal, t5.num_heads, t5.head_dim) == (
+  t5 = positions.make("t5", 2, 4, causal=True, options=dict(num_buckets=8, horizon=16))
+  assert (t5.options.num_buckets, t5.options.horizon, t5.causal, t5.num_heads, t5.head_dim) == (
       8, 16, True, 2, 4)
   assert positions.make("rope", 2, 4, options=dict(rope_base=500.0)).options.rope_base == 500.0
   assert positions.make("learned", 2, 4, max_length=7).max_length == 7
@@ -165,7 +165,7 @@ def test_make_gives_each_scheme_its_own_typed_options():
 
 F, H = 8, 2
 # The options of the schemes that have some; the others take their defaults.
-OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, bucket_max_distance=16)}
+OPTIONS = {"shaw": dict(max_distance=2), "t5": dict(num_buckets=8, horizon=16)}
 MAX_LENGTH = 16
 VOCAB = "0123456789+-="
 # A fixed random character embedding: equal characters get equal vectors.

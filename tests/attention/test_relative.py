@@ -49,8 +49,8 @@ def maps_and_vjps(x, p, k_len, k, offset):
   One jit per case: compiling the whole check once is ~10x faster than
   running its primitives eagerly on fresh shapes.
   """
-  e, expand_vjp = jax.vjp(lambda x: rel.expand(x, k_len, k, offset), x)
-  r, reduce_vjp = jax.vjp(lambda p: rel.reduce(p, k, offset), p)
+  e, expand_vjp = jax.vjp(lambda x: rel.expand(x, k_len, offset), x)
+  r, reduce_vjp = jax.vjp(lambda p: rel.reduce(p, 2 * k + 1, offset), p)
   return e, r, expand_vjp(p)[0], reduce_vjp(x)[0]
 
 
@@ -73,8 +73,8 @@ def test_traced_offset_matches_static(rng):
   # A decoder passes its step index as a traced offset under jit.
   x = jnp.asarray(rng.normal(size=(1, 2, 2, 5)), jnp.float32)
   p = jnp.asarray(rng.normal(size=(1, 2, 2, 7)), jnp.float32)
-  f = jax.jit(lambda x, p, o: (rel.expand(x, 7, 2, o), rel.reduce(p, 2, o),
-                               jax.grad(lambda x: jnp.sum(rel.expand(x, 7, 2, o) ** 2))(x)))
+  f = jax.jit(lambda x, p, o: (rel.expand(x, 7, o), rel.reduce(p, 5, o),
+                               jax.grad(lambda x: jnp.sum(rel.expand(x, 7, o) ** 2))(x)))
   for offset in (0, 3, 6):
     e, r, g = f(x, p, jnp.int32(offset))
     np.testing.assert_array_equal(np.asarray(e), expand_loop(x, 7, 2, offset))
@@ -89,8 +89,8 @@ def test_clipping_keys_beyond_k_use_the_distance_k_bucket():
   @jax.jit
   def run(x, p):
     # One query at key positions' start (offset 0) and one at their end (offset 7).
-    return (rel.bucket_ids(1, 8, k), rel.bucket_ids(1, 8, k, offset=7), rel.expand(x, 8, k, 0),
-            rel.reduce(p, k, 0))
+    return (rel.bucket_ids(1, 8, 2 * k + 1), rel.bucket_ids(1, 8, 2 * k + 1, offset=7), rel.expand(x, 8, 0),
+            rel.reduce(p, 2 * k + 1, 0))
 
   x = jnp.arange(10.0, 15.0)[None, :]  # bucket r holds 10 + r
   p = jnp.asarray([[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]])
@@ -107,7 +107,7 @@ def test_clipping_keys_beyond_k_use_the_distance_k_bucket():
 
 def test_max_distance_zero_sees_no_order():
   # k = 0: a single bucket, so every pair gets the same entry.
-  ids, summed = jax.jit(lambda p: (rel.bucket_ids(3, 5, 0, offset=1), rel.reduce(p, 0, 0)))(
+  ids, summed = jax.jit(lambda p: (rel.bucket_ids(3, 5, 1, offset=1), rel.reduce(p, 1, 0)))(
       jnp.arange(15.0).reshape(3, 5))
   np.testing.assert_array_equal(np.asarray(ids), np.zeros((3, 5)))
   np.testing.assert_array_equal(np.asarray(summed), np.arange(15.0).reshape(3, 5).sum(-1, keepdims=True))
@@ -148,11 +148,7 @@ def test_explicit_ids_match_loops(x64, rng, per_batch):
                              ids_loop_reduce(p, ids, r), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("bad,err,match", [
-    (-1, ValueError, r"max_distance.*>= 0, got -1"),
-    (2.0, TypeError, r"max_distance.*int.*got 2\.0"),
-    (True, TypeError, r"max_distance.*got True"),
-])
-def test_check_max_distance_rejects(bad, err, match):
-  with pytest.raises(err, match=match):
-    rel.check_max_distance(bad)
+def test_the_clipping_distance_is_read_from_the_tables_rows():
+  table = jnp.zeros((2, 7, 3))  # per head, 2k+1 = 7 rows
+  assert rel.Relative(table, table).max_distance == 3 and rel.Relative(None, table[0]).max_distance == 3
+  assert rel.Relative().max_distance == 0  # no tables: no terms to clip

@@ -79,6 +79,12 @@ class Scheme(nn.Module):
   def acts_in_attention(cls) -> bool:
     return cls.terms is not Scheme.terms
 
+  @classmethod
+  def note(cls, options, max_length: int, where: str) -> Optional[str]:
+    """What valid ``options`` may not do as they seem to with sequences up to ``max_length``, naming them by
+    ``where``; None (the default): nothing to say."""
+    return None
+
 
 SCHEMES: dict[str, type] = {}
 

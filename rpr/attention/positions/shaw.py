@@ -42,6 +42,18 @@ class Shaw(Scheme):
       terms = int(self.use_keys) + int(self.use_values)
       return (2 * self.max_distance + 1) * head_dim * (1 if self.share_heads else num_heads) * terms
 
+  @classmethod
+  def note(cls, options, max_length: int, where: str) -> Optional[str]:
+    """A k not below ``max_length`` (distances reach ``max_length - 1`` at most) clips none, and its outer table
+    rows are never trained. It is kept as given (a committed sweep, table2_cpu, trains k = 64 there); the note says
+    what it does. Without tables k does nothing: no note."""
+    k = options.max_distance
+    if k < max_length or not (options.use_keys or options.use_values):
+      return None
+    return (f"Shaw's clipping distance max_distance = {k} ({where}) is not below the longest sequence, "
+            f"model.max_length = {max_length}: it clips no distance, so it acts as {max_length - 1} (max_length - 1), "
+            f"and {2 * (k - max_length + 1)} of the {2 * k + 1} rows of each relative table are never trained.")
+
   def embed(self, x: Array, offset=0) -> Array:
     return add_sinusoid(x, offset) if self.options.add_sinusoidal else x
 
@@ -55,4 +67,4 @@ class Shaw(Scheme):
     vt = self.param("value_table", init, shape) if o.use_values else None
     if kt is None and vt is None:
       return Terms(query, key)
-    return Terms(query, key, relative=Relative(k, kt, vt, offset=q_offset))
+    return Terms(query, key, relative=Relative(kt, vt, offset=q_offset))

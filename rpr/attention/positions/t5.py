@@ -15,9 +15,9 @@ from rpr.attention.positions.base import Scheme, Terms, register
 Array = jax.Array
 
 
-def t5_bucket(relative_position: Array, bidirectional: bool, num_buckets: int, bucket_max_distance: int) -> Array:
-  """T5's bucket of ``key - query``: exact below ``num_buckets/2`` (per side), log-spaced to ``bucket_max_distance``
-  (a bucket range, not a clipping distance)."""
+def t5_bucket(relative_position: Array, bidirectional: bool, num_buckets: int, horizon: int) -> Array:
+  """T5's bucket of ``key - query``: exact below ``num_buckets/2`` (per side), log-spaced up to ``horizon``, from
+  which on all distances share the last bucket (a bucket range, not a clipping distance)."""
   n = num_buckets
   ret = 0
   rp = relative_position
@@ -31,7 +31,7 @@ def t5_bucket(relative_position: Array, bidirectional: bool, num_buckets: int, b
   is_small = rp < max_exact
   large = max_exact + (
       jnp.log(jnp.maximum(rp, 1).astype(jnp.float32) / max_exact)
-      / math.log(bucket_max_distance / max_exact) * (n - max_exact)).astype(jnp.int32)
+      / math.log(horizon / max_exact) * (n - max_exact)).astype(jnp.int32)
   large = jnp.minimum(large, n - 1)
   return ret + jnp.where(is_small, rp, large)
 
@@ -43,13 +43,13 @@ class T5Bias(Scheme):
   @dataclasses.dataclass(frozen=True)
   class Options:
     num_buckets: int = 32  # buckets (both directions together unless causal); T5: 32
-    bucket_max_distance: int = 128  # distances from here on share the last bucket; T5: 128
+    horizon: int = 128  # distances from here on share the last bucket; T5: 128
 
     def check(self, head_dim: Optional[int] = None) -> None:
       if self.num_buckets < 2:
         raise ValueError(f"t5 option num_buckets = {self.num_buckets} is not allowed; allowed: an int >= 2")
-      if self.bucket_max_distance < self.num_buckets:
-        raise ValueError(f"t5 option bucket_max_distance = {self.bucket_max_distance} is not allowed; allowed: "
+      if self.horizon < self.num_buckets:
+        raise ValueError(f"t5 option horizon = {self.horizon} is not allowed; allowed: "
                          f"an int >= num_buckets ({self.num_buckets})")
 
   shared_across_layers: ClassVar[bool] = True
@@ -60,7 +60,7 @@ class T5Bias(Scheme):
     table = self.param("bias", nn.initializers.normal(0.02), (o.num_buckets, self.num_heads))
 
     def bias_fn(q_pos, k_pos):
-      buckets = t5_bucket(k_pos[None, :] - q_pos[:, None], not self.causal, o.num_buckets, o.bucket_max_distance)
+      buckets = t5_bucket(k_pos[None, :] - q_pos[:, None], not self.causal, o.num_buckets, o.horizon)
       return jnp.transpose(table[buckets], (2, 0, 1))
 
     return Terms(query, key, bias_fn=bias_fn)
