@@ -16,7 +16,8 @@ import jax.numpy as jnp
 
 from rpr.attention import masks as masks_lib
 from rpr.attention.masks import Mask
-from rpr.attention.relative import Relative, relative_logits, relative_values
+from rpr.attention.dense_terms import relative_logits, relative_values
+from rpr.attention.relative import Relative
 
 Array = jax.Array
 MaskLike = Union[Mask, Array, None]

@@ -20,7 +20,7 @@ import pytest
 
 from rpr import attention as attn
 from rpr.attention import reference
-from rpr.attention.relative import relative_logits
+from rpr.attention.dense_terms import relative_logits
 
 # ----------------------------------------------------------------------------
 # Oracles: one scalar at a time, straight from the equations.

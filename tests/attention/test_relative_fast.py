@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rpr.attention import dense_terms
 from rpr.attention import relative as rel
 
 
@@ -86,7 +87,7 @@ def test_int32_overflow_fallback_is_the_same_map(x64, rng, monkeypatch):
   # Past 2^31 flat elements the maps fall back to a per-axis gather; force it on a small shape.
   k, q_len, k_len = 2, 5, 7
   x, p = rng.normal(size=(2, q_len, 2 * k + 1)), rng.normal(size=(2, q_len, k_len))
-  monkeypatch.setattr(rel, "_INT32_LIMIT", 8)
+  monkeypatch.setattr(rel, "INT32_LIMIT", 8)
   np.testing.assert_array_equal(np.asarray(rel.bucket_expand(jnp.asarray(x), k_len, -1)),
                                 expand_loop(x, k_len, k, -1))
   np.testing.assert_allclose(np.asarray(rel.bucket_reduce(jnp.asarray(p), 2 * k + 1, -1)), reduce_loop(p, k, -1),
@@ -134,8 +135,8 @@ def test_head_major_terms_match_loops(x64, rng, k, q_len, k_len, offset, shared)
 
   def loss(query, weights, kt, vt, o):
     terms = rel.Relative(kt, vt, offset=o)
-    return (jnp.sum(rel.relative_logits(query, terms, k_len) * gk)
-            + jnp.sum(rel.relative_values(weights, terms) * gv))
+    return (jnp.sum(dense_terms.relative_logits(query, terms, k_len) * gk)
+            + jnp.sum(dense_terms.relative_values(weights, terms) * gv))
 
   got = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(
       *(jnp.asarray(a) for a in (query, weights, kt, vt)), jnp.int32(offset))
