@@ -18,18 +18,18 @@ from experiments import runs as runs_lib
 from rpr import data
 from rpr import decode
 from rpr import metrics
-from rpr import train
 from rpr.records import read_jsonl
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 from configs import wmt14_ende as WMT  # noqa: E402  (after ROOT, which other tests here use)
+from tests import paper_cells
 from tests.test_train import validate, train_run, parse
 
 
 def _paper(cell) -> float:
-  return paper.lookup(f"table{cell.table}", runs_lib.flatten(WMT.get_config(cell.variant).to_dict()))
+  return paper_cells.lookup(f"table{cell.table}", runs_lib.flatten(WMT.get_config(cell.variant).to_dict()))
 
 
 def test_cells_are_tables_1_to_3_with_the_papers_numbers():

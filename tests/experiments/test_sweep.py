@@ -19,6 +19,7 @@ from experiments import sweeps
 from rpr import data
 from rpr.attention import positions
 from rpr import config as rpr_config
+from tests import paper_cells
 from tests.test_train import validate
 
 
@@ -55,7 +56,7 @@ def test_table2_cpu_is_every_k_of_the_paper_relative_only_three_seeds():
   for _, c in runs:
     assert c.dataset == "arithmetic" and c.model.position == "shaw"  # Shaw attention, no absolute encoding
     assert c.model.shaw.use_keys and c.model.shaw.use_values
-    assert paper.lookup("table2", runs_lib.flatten(c.to_dict())) == paper.TABLE2[c.model.shaw.max_distance]
+    assert paper_cells.lookup("table2", runs_lib.flatten(c.to_dict())) == paper.TABLE2[c.model.shaw.max_distance]
 
 
 def test_table3_cpu_is_every_switch_combination_three_seeds():
@@ -71,11 +72,11 @@ def test_wmt_sweeps_are_the_configs_cells_and_share_one_vocabulary():
     assert len(runs) == {1: 4, 2: 7, 3: 4}[table]
     for run, c in runs:
       assert run.variant.startswith(f"table{table},") and c.cache_dir == "root/wmt14_cache"
-      assert paper.lookup(f"table{table}", runs_lib.flatten(c.to_dict())) is not None
+      assert paper_cells.lookup(f"table{table}", runs_lib.flatten(c.to_dict())) is not None
 
 
 def test_translation_table1_sets_shaw_and_sinusoidal_beside_the_base_row():
-  paper_bleu = {c.model.position: paper.lookup("table1", runs_lib.flatten(c.to_dict())) for _, c in _configs(
+  paper_bleu = {c.model.position: paper_cells.lookup("table1", runs_lib.flatten(c.to_dict())) for _, c in _configs(
       "translation_table1")}
   assert paper_bleu == {"shaw": paper.TABLE1[("base", "relative")], "sinusoidal": paper.TABLE1[("base", "absolute")],
                         "t5": None, "rope": None, "alibi_directional": None}
