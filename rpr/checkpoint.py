@@ -7,7 +7,7 @@ arrays come back already placed on the mesh, on any number of devices.
 Saves are asynchronous: the device-to-host copy happens before ``save``
 returns, the file writing overlaps training; ``close`` waits for it.
 
-Each saved step directory holds a ``SHA256SUMS`` file in ``sha256sum``'s
+Each saved step directory holds a ``SHA256SUMS`` file (:mod:`rpr.checksums`) in ``sha256sum``'s
 format (``cd checkpoints/<step> && sha256sum -c SHA256SUMS`` checks it by
 hand), written by a background thread once orbax has finalised the save;
 only then is the save logged as done. A failed save raises
@@ -31,7 +31,6 @@ neither the fall-back nor orbax's clean-up counts it.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import errno
 import logging as pylogging
 import os
@@ -47,8 +46,8 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from rpr import failures
+from rpr.checksums import Unverified, verify, write_checksums
 
-CHECKSUMS = "SHA256SUMS"
 CORRUPT = "corrupt"  # subdirectory of the checkpoints that did not restore
 
 
@@ -58,10 +57,6 @@ class CheckpointError(RuntimeError):
 
 class SaveError(CheckpointError):
   """A checkpoint could not be saved; the message names the last one that was."""
-
-
-class Unverified(ValueError):
-  """A step's checksums are missing or do not cover every file of the step."""
 
 
 METADATA = "_CHECKPOINT_METADATA"  # orbax writes it into every finalised step directory
@@ -102,50 +97,6 @@ def quiet_orbax_logs() -> None:
   if not getattr(sys.unraisablehook, "rpr_quiet", False):
     sys.unraisablehook = _unraisable(sys.unraisablehook)
   warnings.filterwarnings("ignore", r"coroutine 'async_serialize_from_host\.", RuntimeWarning)  # those writes
-
-
-def checksums(directory: str) -> dict[str, str]:
-  """SHA-256 (hex) of every file under ``directory`` but ``SHA256SUMS``, by path relative to ``directory``."""
-  out = {}
-  for root, _, files in os.walk(directory):
-    for name in files:
-      path = os.path.join(root, name)
-      h = hashlib.sha256()
-      with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-          h.update(block)
-      out[os.path.relpath(path, directory)] = h.hexdigest()
-  out.pop(CHECKSUMS, None)
-  return out
-
-
-def write_checksums(directory: str) -> None:
-  lines = [f"{h}  {name}\n" for name, h in sorted(checksums(directory).items())]
-  tmp = os.path.join(directory, CHECKSUMS + ".tmp")
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.writelines(lines)
-  os.replace(tmp, os.path.join(directory, CHECKSUMS))  # a killed write leaves no partial SHA256SUMS
-
-
-def verify(directory: str) -> None:
-  """Checks ``directory`` against its ``SHA256SUMS``: :class:`Unverified` if it has none, or one that lists
-  nothing or not every file; ValueError naming a file that differs or is missing."""
-  path = os.path.join(directory, CHECKSUMS)
-  if not os.path.exists(path):
-    raise Unverified(f"it has no {CHECKSUMS} (saved before checksums, or killed before writing them)")
-  with open(path, encoding="utf-8") as f:
-    recorded = [line.rstrip("\n").split("  ", 1) for line in f if line.strip()]
-  if not recorded or any(len(r) != 2 for r in recorded):
-    raise Unverified(f"its {CHECKSUMS} {'lists no file' if not recorded else 'is not in sha256sum format'}")
-  actual = checksums(directory)
-  for h, name in recorded:
-    if name not in actual:
-      raise ValueError(f"{name} is missing")
-    if actual[name] != h:
-      raise ValueError(f"{name} differs from its SHA-256 in {CHECKSUMS}")
-  unlisted = sorted(set(actual) - {name for _, name in recorded})
-  if unlisted:
-    raise Unverified(f"its {CHECKSUMS} does not list {', '.join(unlisted[:3])}" + (" ..." if len(unlisted) > 3 else ""))
 
 
 def _check_writable(directory: str) -> None:

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from rpr import checkpoint
+from rpr import checksums
 from rpr import provenance
-from rpr import train
 from tests.test_train import ROOT, _env, load_state, tiny_config
 from rpr import record as record_lib
 from tests.test_train import ConfigError, validate, train_run
@@ -74,17 +74,17 @@ def unfinished_save(step_dir):  # orbax's temporary directory of a save that was
 
 
 def flip_byte_unchecksummed(step_dir):  # the damage nothing can see: its checksums are gone too
-  (step_dir / checkpoint.CHECKSUMS).unlink()
+  (step_dir / checksums.CHECKSUMS).unlink()
   flip_byte(step_dir)
 
 
 def empty_checksums(step_dir):  # a SHA256SUMS that lists nothing checks nothing
-  (step_dir / checkpoint.CHECKSUMS).write_text("")
+  (step_dir / checksums.CHECKSUMS).write_text("")
   flip_byte(step_dir)
 
 
 def partial_checksums(step_dir):  # a file it does not list is not checked
-  sums = step_dir / checkpoint.CHECKSUMS
+  sums = step_dir / checksums.CHECKSUMS
   name = str(data_file(step_dir).relative_to(step_dir))
   sums.write_text("".join(l for l in sums.read_text().splitlines(keepends=True) if not l.endswith(f"  {name}\n")))
   flip_byte(step_dir)
@@ -98,7 +98,7 @@ def non_finite(step_dir):  # saved with its checksums, but NaN: not a state to t
   ckpt.manager.reload()
   ckpt.save(6, state, force=True)
   ckpt.close()
-  assert checkpoint.verify(str(step_dir)) is None
+  assert checksums.verify(str(step_dir)) is None
 
 
 DAMAGE = [truncate, flip_byte, delete_metadata, missing_files, unfinished_save, flip_byte_unchecksummed,
@@ -115,11 +115,11 @@ def assert_same_state(a, b):
 def test_every_checkpoint_has_checksums_that_verify(runs):
   for step in ("4", "6"):
     step_dir = runs / "six" / "checkpoints" / step
-    assert checkpoint.verify(str(step_dir)) is None  # raises if it does not verify
-    names = [line.split("  ", 1)[1] for line in (step_dir / checkpoint.CHECKSUMS).read_text().splitlines()]
+    assert checksums.verify(str(step_dir)) is None  # raises if it does not verify
+    names = [line.split("  ", 1)[1] for line in (step_dir / checksums.CHECKSUMS).read_text().splitlines()]
     assert "_CHECKPOINT_METADATA" in names and "default/_METADATA" in names
     if shutil.which("sha256sum"):  # the format of coreutils' sha256sum
-      subprocess.run(["sha256sum", "--check", "--quiet", checkpoint.CHECKSUMS], cwd=step_dir, check=True)
+      subprocess.run(["sha256sum", "--check", "--quiet", checksums.CHECKSUMS], cwd=step_dir, check=True)
 
 
 def abstract_state(workdir, step):
@@ -221,7 +221,7 @@ def test_a_damaged_checkpoint_is_one_warning_line(runs, tmp_path, caplog):
 def test_restore_unverified_restores_a_step_without_checksums_and_says_so(runs, tmp_path, caplog):
   workdir = copy_of_six(runs, tmp_path)
   for step in ("4", "6"):
-    (workdir / "checkpoints" / step / checkpoint.CHECKSUMS).unlink()
+    (workdir / "checkpoints" / step / checksums.CHECKSUMS).unlink()
   with pytest.raises(checkpoint.CheckpointError, match=r"steps 6, 4 have no complete checksums: --restore_unverified"):
     train_run(tiny_config(**RUN, num_train_steps=8), str(workdir))
   with caplog.at_level(logging.WARNING):

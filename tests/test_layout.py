@@ -149,6 +149,7 @@ def test_the_size_check_reads_nested_functions_and_decorators(tmp_path):
 
 ROOT = RPR.parent
 COVERED_BY = {
+    "rpr/checksums.py": "tests/test_checkpoint.py",
     "rpr/attention/dense_terms.py": "tests/attention/test_relative_fast.py",
     "rpr/attention/chunked_kernel.py": "tests/attention/test_chunked.py",
     "rpr/attention/chunked_plan.py": "tests/attention/test_chunked.py",
