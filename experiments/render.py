@@ -99,7 +99,7 @@ def colours(names: Sequence[str]) -> list:
 
 def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Sequence[float], Sequence[tuple]]],
                baselines: Sequence[tuple[str, float]] = (), curve_label: str = "", per_panel: int = 8) -> None:
-  """A table's cells, one colour each (at most ``per_panel`` a panel): left, each seed's final value (thin dots)
+  """A table's cells, one colour each (at most ``per_panel`` a panel, the panels of equal size and scale): left, each seed's final value (thin dots)
   and the mean with its 95% CI (bold); right, each seed's learning curve (thin) and the mean over seeds (bold),
   the last step of each seed marked x. Each cell keeps its colour across plots (:func:`colours`). Baselines (of the
   table's metric, on the test split) are grey lines on the left panel only: the curves are validation scores.
@@ -110,8 +110,10 @@ def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Se
   from experiments import stats
 
   plt = pyplot()
-  panels = [cells[i:i + per_panel] for i in range(0, len(cells), per_panel)] or [[]]
-  fig, axes = plt.subplots(len(panels), 2, figsize=(12.0, 4.2 * len(panels)), squeeze=False)
+  size = -(-len(cells) // -(-len(cells) // per_panel)) if cells else 1  # balanced: 9 cells are 5 + 4, not 8 + 1
+  panels = [cells[i:i + size] for i in range(0, len(cells), size)] or [[]]
+  # One scale per column, so that a cell reads against the cells of the other panels.
+  fig, axes = plt.subplots(len(panels), 2, figsize=(12.0, 4.2 * len(panels)), squeeze=False, sharey="col")
   for (left, right), panel in zip(axes, panels):
     for i, ((name, finals, curves), colour) in enumerate(zip(panel, colours([c[0] for c in panel]))):
       v = np.asarray(finals, np.float64)
