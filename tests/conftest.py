@@ -21,11 +21,34 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
-def pytest_collection_modifyitems(items):
-  """The modules holding a ``slow`` test first, each in its own order (so module fixtures are made once):
-  under ``-n 2 --dist worksteal`` the long runs then start early, and the two workers end together."""
-  slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-  items.sort(key=lambda item: item.module.__name__ not in slow)
+def pytest_collection_modifyitems(config, items):
+  """The modules holding a ``slow`` test at the head of every xdist worker's share, each module whole and in its own
+  order (so module fixtures are made once), the other tests after them.
+
+  ``--dist worksteal`` hands the workers contiguous shares of this order (the first half to one, the rest to the
+  other) and later steals from the ends of the queues. With every slow module at the head of the order, one
+  worker ran them all one after another while the other ran short tests; dealt out (the module with the most
+  slow tests to the share with the fewest), each worker starts on long runs and ends on short tests, which
+  stealing evens out.
+  """
+  workers = getattr(config, "workerinput", {}).get("workercount", 1)
+  modules = {}
+  for item in items:
+    modules.setdefault(item.module.__name__, []).append(item)
+  weight = {m: sum(bool(i.get_closest_marker("slow")) for i in group) for m, group in modules.items()}
+  shares, load = [[] for _ in range(workers)], [0] * workers
+  for m in sorted((m for m in modules if weight[m]), key=lambda m: -weight[m]):  # stable: ties in file order
+    i = load.index(min(load))
+    shares[i] += modules[m]
+    load[i] += weight[m]
+  rest = [item for m, group in modules.items() if not weight[m] for item in group]
+  ordered = []
+  for i, share in enumerate(shares):  # xdist's share i: the items not yet handed out // the workers left
+    size = (len(items) - len(ordered)) // (workers - i)
+    take = max(0, size - len(share))
+    ordered += share + rest[:take]
+    rest = rest[take:]
+  items[:] = ordered + rest
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,8 +22,11 @@ from rpr import progress
 from rpr import records as records_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# 100 steps of the tiny config with a checkpoint every 5: the run is seconds long, so a signal lands mid-way.
-LONG_TINY = (("num_train_steps", 100), ("checkpoint_every_steps", 10), ("eval_every_steps", 50))
+# 100 steps of the tiny config with a checkpoint every 10: the run is seconds long, so a signal lands mid-way.
+# No TensorBoard events (test_train.py's run.py test has them) and one evaluation split: each run.py process is
+# spared TensorFlow's import and the long split's decoder.
+LONG_TINY = (("num_train_steps", 100), ("checkpoint_every_steps", 10), ("eval_every_steps", 50), ("tensorboard", False),
+             ("eval_splits", ("valid",)))
 
 
 def _job(workdir, settings=LONG_TINY, name="tiny"):
