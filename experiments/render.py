@@ -99,10 +99,11 @@ def colours(names: Sequence[str]) -> list:
 
 def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Sequence[float], Sequence[tuple]]],
                baselines: Sequence[tuple[str, float]] = (), curve_label: str = "", per_panel: int = 8) -> None:
-  """A table's cells, one colour each (at most ``per_panel`` a panel, the panels of equal size and scale): left, each seed's final value (thin dots)
-  and the mean with its 95% CI (bold); right, each seed's learning curve (thin) and the mean over seeds (bold),
-  the last step of each seed marked x. Each cell keeps its colour across plots (:func:`colours`). Baselines (of the
-  table's metric, on the test split) are grey lines on the left panel only: the curves are validation scores.
+  """A table's cells, one colour each (at most ``per_panel`` a panel, the panels of equal size and scale): left,
+  each seed's final value (thin dots) and the mean with its 95% CI (bold); right, each seed's learning curve (thin)
+  and the mean over seeds (bold), the last step of each seed marked x. Each cell keeps its colour across plots
+  (:func:`colours`). Baselines (of the table's metric, on the test split) are grey lines on the left panel only:
+  the curves are validation scores.
 
   Args:
     cells: (name, final values, curves: one (steps, values) per seed).

@@ -66,18 +66,21 @@ def test_mde_is_welchs_so_unequal_spreads_on_few_seeds_raise_it():
 
 
 def test_not_separated_always_sits_beside_an_mde_above_its_difference():
-  # If |diff| reached the MDE, Welch's t would pass the first Holm step's level, so Holm would separate it.
-  # 30 tables of 4 cells (statsmodels' Holm runs a full garbage collection per table, a tenth of a second here).
-  rng, checked = np.random.default_rng(0), 0
-  for _ in range(30):
+  # If |diff| reached the MDE at a level, Welch's test would pass that level; compare() sets the MDE at the first
+  # Holm step's level (alpha / m), the strictest, so no cell Holm leaves "not separated" can differ by the MDE.
+  from scipy import stats as scipy_stats
+
+  rng, near = np.random.default_rng(0), 0
+  for _ in range(200):
     n, m = rng.integers(2, 7, size=2)
-    reference = rng.normal(0, rng.uniform(0.1, 2), n)
-    cells = {f"c{i}": rng.normal(rng.normal(0, 1.5), rng.uniform(0.1, 2), m) for i in range(4)}
-    for c in stats.compare(reference, cells).values():
-      if c.verdict == "not separated":
-        assert c.mde > abs(c.diff)
-        checked += 1
-  assert checked >= 30  # most of these tables' differences are not separated: the property is exercised
+    a, b = rng.normal(rng.normal(0, 1.5), rng.uniform(0.1, 2), n), rng.normal(0, rng.uniform(0.1, 2), m)
+    alpha = 0.05 / rng.integers(1, 8)
+    p, diff, mde = scipy_stats.ttest_ind(a, b, equal_var=False).pvalue, abs(a.mean() - b.mean()), stats.mde(a, b, alpha)
+    assert p < alpha or diff < mde, (p, alpha, diff, mde)
+    near += p >= alpha and diff > mde / 2
+  assert near >= 15  # differences of the MDE's size that were not separated: the property is exercised near its edge
+  out = stats.compare([20.0, 21.5, 19.0, 20.7, 19.6], {"a": [21.1, 20.2, 22.0, 21.1, 21.6], "b": [20.3, 19.2, 21.0]})
+  assert all(c.mde > abs(c.diff) for c in out.values() if c.verdict == "not separated")
 
 
 def test_not_separated_carries_an_mde_larger_than_the_difference():
