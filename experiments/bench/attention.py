@@ -98,6 +98,11 @@ QUICK = dict(lengths=(64, 128), batch=2, heads=2, head_dim=16, repeats=2, long_l
              model_repeats=1, min_sample_s=0.05, model_preset="tiny", model_batch=2, model_length=16)
 
 
+def shape(a: dict) -> str:
+  """The attention shape of a recorded run's settings ``a``, as the report states it."""
+  return f"batch {a['batch']}, {a['heads']} heads of {a['head_dim']}, Shaw k = {a['max_distance']}"
+
+
 def label(config) -> str:
   return f"{config[0]}/{config[3]}"
 

@@ -49,8 +49,8 @@ def _header(data: dict) -> list[str]:
   return [
       "# Attention cost per position scheme", "",
       f"Forward + backward of `sum(attention(q, k, v) * g)` (gradients for q, k, v and the scheme's parameters), "
-      f"batch {a['batch']}, {a['heads']} heads of {a['head_dim']}, Shaw k = {a['max_distance']}, "
-      f"self-attention without masks, float32, chunked blocks {a['block_q']} x {a['block_k']}.", "",
+      f"{attention.shape(a)}, self-attention without masks, float32, "
+      f"chunked blocks {a['block_q']} x {a['block_k']}.", "",
       f"Command: `{data['command']}`  ", f"Date: {data['date']}  ",
       "Machine: " + ", ".join(f"{k} {v}" for k, v in data["machine"].items() if k != "devices") + "  ",
       f"Load average (1 min) at start / end: {data['load_start']} / {data.get('load_end', '-')} "
