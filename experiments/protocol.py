@@ -100,7 +100,12 @@ def protocol_tables(root: str) -> list[Table]:
       *(Table(f"pilot_translation_{b}", f"Pilot at {b:,} steps with a cool-down: Shaw (k = 16) and sinusoidal "
               "(translation, test BLEU)", bleu, (Row(f"shaw,steps={b}"), Row(f"sinusoidal,steps={b}")),
               f"sinusoidal,steps={b}", "pilot/translation/{cell}", base["translation"], headline=True)
-        for b in (4000, 8000, 16000)),
+        for b in (4000, 8000, 16000, 32000)),
+      Table("pilot_lm", "Pilot: the LM's size and budget with Shaw, k = 16 (language model, test perplexity: lower is "
+            "better)", ppl, (Row("shaw,L2d128,steps=8000", folder="lm/curves/k=16"),  # the model before the pilot
+                             *(Row(f"shaw,{size},steps={b}") for size, b in (("L2d256", 8000), ("L4d128", 8000),
+                                                                           ("L4d128", 16000), ("L4d128", 32000)))),
+            "shaw,L2d128,steps=8000", "pilot/lm/{cell}", base["lm"], headline=True),
       Table("history_table1", "History, 2,500 steps, no cool-down: Table 1 (translation, test BLEU)", bleu, h1,
             "sinusoidal", baselines=base["translation"]),
       Table("history_table2", "History, 2,500 steps, no cool-down: Table 2 (translation, test BLEU)", bleu, h2,
