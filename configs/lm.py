@@ -114,6 +114,7 @@ PILOT_SIZES = {"L2d128": (), "L4d128": (("model.num_decoder_layers", 4),),
 # the 6-gram's 31.16: L4d128 (28.17) over L2d256 (24.65), whose 2 layers of d_model 256 hold about twice the
 # weights of 4 layers of 128 (1.41 against 2.01 steps/s, medians under different loads).
 PILOT_SIZE = "L4d128"
+PILOT_BUDGETS = (8_000, 16_000, 32_000)  # step 2's, 2 seeds each (seed 0 at 8,000 is step 1's run)
 # The protocol's budget B of the clipping curve, set once lm_pilot's step 2 has fixed it; 0 until then, and the
 # sweep lm_paper is not declared.
 PAPER_STEPS = 0
@@ -137,10 +138,13 @@ def get_sweeps() -> dict:
   # The protocol's cells (experiments/results/protocol.md) at the pilot's size, one workdir each under paper/lm/,
   # read by experiments/tables.py's clipping table.
   cells = (*((f"k={k}", f"pe=shaw,k={k}") for k in (0, 1, 2, 4, 8, 16, 64, 256)), ("sinusoidal", "pe=sinusoidal"))
+  # At one of the pilot's budgets, k = 16's seeds 0-1 are the pilot's runs of its size: the same config, trained once.
+  piloted = lambda cell, s: (f"lm_pilot/shaw,{PILOT_SIZE},steps={PAPER_STEPS}" if PAPER_STEPS in PILOT_BUDGETS and
+                             cell == "k=16" and s < 2 else "")
   paper = {"lm_paper": sweep(
       f"The protocol's clipping curve on State of the Union: {PILOT_SIZE} at {PAPER_STEPS:,} steps, 5 seeds",
-      seeded((run(cell, here, variant, PILOT_SIZES[PILOT_SIZE] + budget(PAPER_STEPS)) for cell, variant in cells),
-             seeds=range(5), seed_major=True), "paper/lm")} if PAPER_STEPS else {}
+      (run(cell, here, variant, PILOT_SIZES[PILOT_SIZE] + budget(PAPER_STEPS), seed=s, same_as=piloted(cell, s))
+       for s in range(5) for cell, variant in cells), "paper/lm")} if PAPER_STEPS else {}
   return {
       **paper,
       "lm_clipping": sweep(
@@ -170,6 +174,6 @@ def get_sweeps() -> dict:
            # Step 2: the chosen size (PILOT_SIZE) at 8,000 and 16,000 steps, 2 seeds; 8,000 failed the budget rule
            # against 16,000 (test perplexity 28.11 -> 25.26, pooled SD 0.06), so the protocol adds 32,000.
            *(run(f"shaw,{PILOT_SIZE},steps={b}", here, "pe=shaw,k=16", PILOT_SIZES[PILOT_SIZE] + budget(b), seed=s)
-             for b, s in ((8_000, 1), (16_000, 0), (16_000, 1), (32_000, 0), (32_000, 1)))],
+             for b in PILOT_BUDGETS for s in (0, 1) if (b, s) != (8_000, 0))],
           "pilot/lm"),
   }

@@ -163,10 +163,13 @@ def get_sweeps() -> dict:
       ("av=on,ak=off", "pe=shaw,k=16", (("model.shaw.use_keys", False),), 2),
       ("ak+sinusoidal", "pe=shaw,k=16", ak_alone + sinusoids, 2))
   greedy_curve = (("decode_method", "greedy"), ("final_decode_method", "beam"))
+  # At one of the pilot's budgets, Shaw's and sinusoidal's seeds 0-1 are the pilot's runs: same config, trained once.
+  piloted = lambda cell, s: (f"translation_pilot/{cell},steps={PAPER_STEPS}" if PAPER_STEPS in PILOT_BUDGETS and
+                             cell in ("shaw", "sinusoidal") and s < 2 else "")
   paper = {"translation_paper": sweep(
       f"The protocol's Tables 1-3 on Bible FR-EN: {PAPER_STEPS:,} steps with a cool-down, 5 seeds (3 for RoPE, T5, "
       "ALiBi)",
-      (run(cell, here, variant, overrides + ending(PAPER_STEPS) + greedy_curve, seed=s)
+      (run(cell, here, variant, overrides + ending(PAPER_STEPS) + greedy_curve, seed=s, same_as=piloted(cell, s))
        for s in range(5) for cell, variant, overrides, n in PAPER_CELLS if s < n),
       "paper/translation")} if PAPER_STEPS else {}
   return {

@@ -10,6 +10,7 @@ row or a table is an edit here.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 from typing import Optional
@@ -26,6 +27,7 @@ class Row:
   paper_row: str = ""  # the row as the paper names it ("" where the paper has none)
   paper: Optional[float] = None  # the paper's number (WMT14 BLEU): the shape to compare against, not the scale
   folder: str = ""  # under the results root; default: the table's folder pattern with the cell
+  also: tuple[str, ...] = ()  # more folders of its runs: another sweep's, trained at the same config (same_as)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +51,9 @@ class Table:
   def folder_of(self, row: Row) -> str:
     return row.folder or self.folder.format(cell=row.cell)
 
-  def runs_of(self, row: Row, root: str) -> str:
-    """The glob of the row's runs under ``root``."""
-    return os.path.join(root, self.folder_of(row), *([self.runs] if self.runs else []))
+  def runs_of(self, row: Row, root: str) -> list[str]:
+    """The globs of the row's runs under ``root``: its folder's, then those of :attr:`Row.also`."""
+    return [os.path.join(root, f, *([self.runs] if self.runs else [])) for f in (self.folder_of(row), *row.also)]
 
 
 def _baselines(root: str) -> dict[str, tuple[tuple[str, float], ...]]:
@@ -64,6 +66,17 @@ def _baselines(root: str) -> dict[str, tuple[tuple[str, float], ...]]:
   order = b["lm"]["chosen_order"]
   return {"translation": tuple((name, b["translation"][name]["test"]["bleu"]) for name in ("retrieval", "copy")),
           "lm": ((f"Kneser-Ney {order}-gram", b["lm"]["orders"][order]["splits"]["test"]["perplexity"]),)}
+
+
+def trained_elsewhere(task: str, sweep: str) -> dict[str, tuple[str, ...]]:
+  """Cell -> the folders of its runs in ``configs/<task>.py``'s ``sweep`` that another sweep trained at the same
+  config (``same_as``: the pilot's runs at the budget it chose); {} while ``sweep`` is not declared."""
+  from experiments import sweeps  # pylint: disable=import-outside-toplevel  (reads every config file)
+
+  runs = [sweeps.Run(**r) for r in importlib.import_module(f"configs.{task}").get_sweeps().get(sweep, {"runs": ()})[
+      "runs"] if r["same_as"]]
+  return {name: tuple(dict.fromkeys(os.path.dirname(r.workdir("", "")) for r in runs if r.name == name))
+          for name in dict.fromkeys(r.name for r in runs)}
 
 
 def protocol_tables(root: str) -> list[Table]:
@@ -80,6 +93,9 @@ def protocol_tables(root: str) -> list[Table]:
         Row("k=0", "a^V no, a^K no", paper.TABLE3[(False, False)]))
   lm = tuple(Row(f"k={k}") for k in (0, 1, 2, 4, 8, 16, 64, 256)) + (Row("sinusoidal"),)
   tr, lmf = "paper/translation/{cell}", "paper/lm/{cell}"
+  shared = {task: trained_elsewhere(task, f"{task}_paper") for task in ("translation", "lm")}
+  share = lambda rows, task: tuple(dataclasses.replace(r, also=shared[task].get(r.cell, ())) for r in rows)
+  t1, beside, t2, t3, lm = (*(share(rows, "translation") for rows in (t1, beside, t2, t3)), share(lm, "lm"))
   h1 = (Row("sinusoidal", "absolute position", t1[0].paper, "translation/table1/sinusoidal"),
         Row("shaw", "relative position", t1[1].paper, "translation/table1/shaw"),
         Row("shaw+sinusoidal", folder="translation/absolute/shaw+sinusoidal"),

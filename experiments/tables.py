@@ -38,7 +38,7 @@ def frame(table: Table, root: str = RESULTS) -> list[dict]:
   last step (a run that has not reached its last step is left out), and the run (its curves, for :func:`plot`)."""
   out = []
   for row in table.rows:
-    for run in runs_lib.load_runs([table.runs_of(row, root)]):
+    for run in runs_lib.load_runs(table.runs_of(row, root)):
       end = run.end()
       last = {k: v for r in run.records if r["step"] == end for k, v in r.items()}
       if table.metric not in last:
@@ -130,7 +130,8 @@ def answers(shown: Sequence[tuple[Table, list]]) -> str:
 def decoded(table: Table, cell: str, root: str) -> dict[int, str]:
   """Seed -> its final-state test outputs (``<run>/decoded/<split>.txt.gz``), for the runs that kept them."""
   outputs = os.path.join("decoded", f"{table.metric.split('/')[0]}.txt.gz")
-  runs = glob.glob(table.runs_of(next(r for r in table.rows if r.cell == cell), root))
+  runs = [run for pattern in table.runs_of(next(r for r in table.rows if r.cell == cell), root)
+          for run in glob.glob(pattern)]
   return {int(os.path.basename(run).removeprefix("seed")): os.path.join(run, outputs) for run in runs
           if os.path.exists(os.path.join(run, outputs))}
 

@@ -336,3 +336,30 @@ def test_the_paper_sweep_trains_every_cell_of_its_tables_once_per_protocol_seed(
     config = sweep_lib.load_config(sweeps.Run(**r), "root")
     validate(config, num_devices=1)
     assert (config.num_train_steps, config.seed) == (12_000, r["seed"])
+
+
+@pytest.mark.parametrize("task,pilot,cells", [
+    ("translation", "translation_pilot", {"shaw": "shaw,steps=32000", "sinusoidal": "sinusoidal,steps=32000"}),
+    ("lm", "lm_pilot", {"k=16": "shaw,L4d128,steps=32000"})])
+def test_at_a_pilot_budget_the_pilots_runs_are_seeds_0_and_1_of_their_cells(monkeypatch, task, pilot, cells):
+  """The paper sweep does not train again what the pilot trained at the same config: its seeds 0-1 of the pilot's
+  cells are the pilot's runs (same_as), and the protocol's tables read them in the pilot's folder."""
+  import importlib
+
+  from experiments import protocol
+
+  module = importlib.import_module(f"configs.{task}")
+  monkeypatch.setattr(module, "PAPER_STEPS", 32_000)
+  declared = module.get_sweeps()[f"{task}_paper"]
+  shared = {(r["name"], r["seed"]): r["same_as"] for r in declared["runs"] if r["same_as"]}
+  assert shared == {(cell, s): f"{pilot}/{name}" for cell, name in cells.items() for s in (0, 1)}
+  for r in declared["runs"]:
+    if r["same_as"]:
+      (other,) = [o for o in sweeps.get(pilot).runs if o.name == cells[r["name"]] and o.seed == r["seed"]]
+      assert sweep_lib.load_config(sweeps.Run(**r), "root").to_dict() == sweep_lib.load_config(other, "root").to_dict()
+  assert protocol.trained_elsewhere(task, f"{task}_paper") == {c: (f"pilot/{task}/{n}",) for c, n in cells.items()}
+  names = ("table1", "table2", "table3") if task == "translation" else ("lm_clipping",)
+  rows = {r.cell: r for t in protocol.protocol_tables(str(sweeps.ROOT)) for r in t.rows if t.name in names}
+  assert {c: rows[c].also for c in cells} == {c: (f"pilot/{task}/{n}",) for c, n in cells.items()}
+  monkeypatch.setattr(module, "PAPER_STEPS", 12_000)  # not a pilot budget: every run its own
+  assert not any(r["same_as"] for r in module.get_sweeps()[f"{task}_paper"]["runs"])

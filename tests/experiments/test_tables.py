@@ -52,6 +52,17 @@ def test_a_table_reads_each_finished_run_at_its_last_step(root):
   assert {r["steps"] for r in records} == {100}
 
 
+def test_a_row_also_reads_the_runs_another_sweep_trained_for_it(root):
+  # A pilot's runs at the chosen budget are the cell's seeds 0-1 (Run.same_as); its folder holds seeds 2-4.
+  for seed, v in zip((2, 3, 4), (21.0, 21.5, 20.5)):
+    _run(root / "x" / "f" / f"seed{seed}", seed, v)
+  for seed, v in zip((0, 1), (20.0, 22.0)):
+    _run(root / "pilot" / "f,steps=100" / f"seed{seed}", seed, v)
+  table = dataclasses.replace(TABLE, rows=(protocol.Row("f", also=("pilot/f,steps=100",)),))
+  records = tables.frame(table, str(root))
+  assert [(r["seed"], r["test/bleu"]) for r in records] == [(0, 20.0), (1, 22.0), (2, 21.0), (3, 21.5), (4, 20.5)]
+
+
 def test_a_table_gives_the_libraries_statistics_and_a_verdict_per_row(root):
   text = tables.markdown(TABLE, tables.frame(TABLE, str(root)))
   rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| ")}
