@@ -113,9 +113,11 @@ def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Se
   plt = pyplot()
   size = -(-len(cells) // -(-len(cells) // per_panel)) if cells else 1  # balanced: 9 cells are 5 + 4, not 8 + 1
   panels = [cells[i:i + size] for i in range(0, len(cells), size)] or [[]]
+  with_curves = any(curves for _, _, curves in cells)  # else the final values alone, one column
   # One scale per column, so that a cell reads against the cells of the other panels.
-  fig, axes = plt.subplots(len(panels), 2, figsize=(12.0, 4.2 * len(panels)), squeeze=False, sharey="col")
-  for (left, right), panel in zip(axes, panels):
+  fig, axes = plt.subplots(len(panels), 1 + with_curves, figsize=(12.0 if with_curves else 6.5, 4.2 * len(panels)),
+                           squeeze=False, sharey="col")
+  for (left, *right), panel in zip(axes, panels):
     for i, ((name, finals, curves), colour) in enumerate(zip(panel, colours([c[0] for c in panel]))):
       v = np.asarray(finals, np.float64)
       left.plot([i] * len(v), v, ".", color=colour, alpha=0.6)
@@ -124,24 +126,25 @@ def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Se
         left.errorbar([i], [c.mean], yerr=[0.0 if c.n < 2 else (c.high - c.low) / 2], fmt="o", color=colour,
                       linewidth=2.5, capsize=5)
       for steps, values in curves:
-        right.plot(steps, values, color=colour, linewidth=0.8, alpha=0.5)
-        right.plot(steps[-1:], values[-1:], "x", color=colour)
+        right[0].plot(steps, values, color=colour, linewidth=0.8, alpha=0.5)
+        right[0].plot(steps[-1:], values[-1:], "x", color=colour)
       common = sorted(set.intersection(*(set(s) for s, _ in curves))) if curves else []
       if common:
         mean = [np.mean([dict(zip(s, y))[step] for s, y in curves]) for step in common]
-        right.plot(common, mean, color=colour, linewidth=2.5, label=name)
+        right[0].plot(common, mean, color=colour, linewidth=2.5, label=name)
     left.set_xticks(range(len(panel)), [name for name, _, _ in panel], rotation=20, ha="right")
     for k, (name, value) in enumerate(baselines):
       left.axhline(value, color="tab:gray", linestyle=("--", ":")[k % 2], linewidth=1.0, label=f"{name} ({value:.2f})")
     left.set_ylabel(ylabel)
-    right.set_xlabel("training step")
-    right.set_ylabel(curve_label)
-    right.legend(fontsize=8, loc="best")
-    if baselines:
-      left.legend(fontsize=8, loc="best")
-    for ax in (left, right):
+    for ax in right:
+      ax.set_xlabel("training step")
+      ax.set_ylabel(curve_label)
+    for ax in (left, *right):
+      if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="best")
       ax.grid(alpha=0.3)
   axes[0][0].set_title("final: a dot per seed; mean and 95% CI", fontsize=9)
-  axes[0][1].set_title("learning curves: thin per seed, bold mean; x = last step", fontsize=9)
+  if with_curves:
+    axes[0][1].set_title("learning curves: thin per seed, bold mean; x = last step", fontsize=9)
   fig.suptitle(title)
   save(fig, path)

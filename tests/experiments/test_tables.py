@@ -202,3 +202,21 @@ def test_a_cell_keeps_its_colour_in_every_plot_and_colours_differ_within_one():
   assert render.colours(["shaw,steps=8000", "sinusoidal,steps=8000"]) == table1[1::-1]  # a pilot's runs: their cells'
   for names in (list(render.CELLS), ["shaw,steps=4000", "shaw,steps=8000"], ["new", "shaw", "other"]):
     assert len(set(render.colours(names))) == len(names), names  # distinct within a plot, unknown names included
+
+
+def test_a_plot_without_learning_curves_is_one_column_and_draws_without_warnings(monkeypatch, tmp_path):
+  # python run.py's arithmetic runs score the test set at their end only: no curve, so no empty curve panel.
+  import warnings
+
+  from experiments import render
+
+  figures = []
+  monkeypatch.setattr(render, "save", lambda fig, path: figures.append(fig))
+  finals_only = [("shaw", [0.99, 0.98], []), ("none", [0.1], [])]
+  curves = [("shaw", [0.99], [([1, 2], [0.5, 0.9])]), ("none", [0.1], [([1, 2], [0.1, 0.1])])]
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # matplotlib warns of a legend without labelled artists
+    render.table_plot(str(tmp_path / "a.png"), "t", "test/exact_match", finals_only)
+    render.table_plot(str(tmp_path / "b.png"), "t", "test/exact_match", curves, baselines=(("bound", 0.15),))
+  assert [len(f.axes) for f in figures] == [1, 2]
+  assert [bool(ax.get_legend()) for ax in figures[1].axes] == [True, True]  # the baseline's; the cells' means
