@@ -13,7 +13,6 @@ from absl import flags
 from rpr import config as config_lib
 from rpr import memory
 from rpr import model
-from tests.test_failures import run_module  # noqa: F401 (a fixture)
 from tests.test_model import count, init_shapes
 from tests.test_train import ROOT, tiny_config
 from tests.test_workdir import one_error_line
@@ -55,7 +54,7 @@ def test_run_py_refuses_a_model_no_machine_holds_before_the_workdir_is_made(tmp_
   assert not workdir.exists()
 
 
-def test_skip_memory_check_lets_run_py_go_on(tmp_path, monkeypatch, run_module):  # noqa: F811
+def test_skip_memory_check_lets_run_py_go_on(tmp_path, monkeypatch, run_module):
   started = []
   monkeypatch.setattr(run_module, "_start", lambda config, single: started.append(config.model.d_model))
   monkeypatch.setattr(memory, "machine_bytes", lambda: 1)  # a machine the tiny run does not fit
