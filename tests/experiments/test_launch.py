@@ -268,7 +268,8 @@ def test_checkpoints_kept_elsewhere_are_linked_found_again_by_a_new_clone_and_re
   """--checkpoints: the run's checkpoints live outside its workdir; a work tree laid anew (the link gone, the
   records kept) links them again and the run resumes from them, not from step 0."""
   workdir, keep = tmp_path / "tree" / "run", tmp_path / "keep"
-  short = (("num_train_steps", 4), ("checkpoint_every_steps", 2), ("eval_every_steps", 4))
+  short = (("num_train_steps", 4), ("checkpoint_every_steps", 2), ("eval_every_steps", 4), ("tensorboard", False),
+           ("eval_splits", ("valid",)))  # as LONG_TINY: no TensorFlow to import, no long split's decoder
   options = launch.Options(executor="debug", checkpoints=str(keep))
   outcome = launch.launch([_job(workdir, short)], options, str(tmp_path / "submitit"))
   link, home = workdir / "checkpoints", launch.checkpoint_home(str(workdir), str(keep))
