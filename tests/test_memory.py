@@ -2,8 +2,6 @@
 the machine's memory; run.py refuses a run that cannot fit in one line before the workdir is made, unless
 --skip_memory_check."""
 
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -45,10 +43,9 @@ def test_a_run_that_cannot_fit_is_refused_naming_the_estimate_and_what_to_lower(
 HUGE = ["--config=configs/tiny.py", "--config.model.d_model=65536", "--config.model.d_ff=262144"]
 
 
-def test_run_py_refuses_a_model_no_machine_holds_before_the_workdir_is_made(tmp_path):
+def test_run_py_refuses_a_model_no_machine_holds_before_the_workdir_is_made(tmp_path, run_py_here):
   workdir = tmp_path / "never"
-  proc = subprocess.run([sys.executable, "run.py", *HUGE, f"--workdir={workdir}"], cwd=ROOT, capture_output=True,
-                        text=True, timeout=120)
+  proc = run_py_here([*HUGE, f"--workdir={workdir}"])  # run.py in this process: its flag parser and main
   line = one_error_line(proc)
   assert "120,261,443,584 parameters" in line and "more than this machine's" in line, line
   assert not workdir.exists()
