@@ -44,12 +44,20 @@ def one_error_line(proc) -> str:
 # The lock.
 
 
-def test_a_second_run_on_a_held_workdir_is_refused_naming_the_holder(tmp_path, compilation_cache):
-  with workdir.lock(str(tmp_path)):
-    proc = run_py(["--config=configs/tiny.py", f"--workdir={tmp_path}"], compilation_cache)
-    line = one_error_line(proc)
-    assert re.search(rf"is in use by PID {os.getpid()} on host \S+ \(since .*\): one run per workdir", line), line
-    assert not (tmp_path / "config.json").exists() and not (tmp_path / "checkpoints").exists()
+def test_a_second_run_on_a_held_workdir_is_refused_naming_the_holder(tmp_path, run_py_here):
+  # The holder: a small process that takes the lock (rpr.workdir imports no JAX); the second run: run.py in this
+  # process (conftest.py's run_py_here, its flag parser and main).
+  code = ("import sys, time; from rpr import workdir; workdir.acquire(sys.argv[1]); print('held', flush=True); "
+          "time.sleep(60)")
+  holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    line = one_error_line(run_py_here(["--config=configs/tiny.py", f"--workdir={tmp_path}"]))
+  finally:
+    holder.kill()
+    holder.wait()
+  assert re.search(rf"is in use by PID {holder.pid} on host \S+ \(since .*\): one run per workdir", line), line
+  assert not (tmp_path / "config.json").exists() and not (tmp_path / "checkpoints").exists()
 
 
 def _busy(path):
