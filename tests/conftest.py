@@ -115,6 +115,7 @@ def run_py_here(run_module, capfd, monkeypatch):
     capfd.readouterr()
     argv = ["run.py", *args]
     monkeypatch.setattr(sys, "argv", argv)  # config_flags reads the --config.<key> overrides from sys.argv
+    flags.FLAGS.unparse_flags()  # every flag at its default but those given, as in a new process
     try:
       run_module.main(run_module._parse_flags(argv))  # pylint: disable=protected-access
       status = 0
