@@ -13,8 +13,10 @@ import threading
 import time
 
 import pytest
+from absl import flags as absl_flags
 
 from experiments import launch
+from experiments import settings
 from experiments import status
 from experiments import sweep as sweep_lib
 from experiments import sweeps
@@ -344,6 +346,17 @@ def test_status_reads_each_run_from_its_workdir_and_its_job(tmp_path):
     (["--workers=two"], "flag --workers=two: invalid literal for int() with base 10: 'two'"),
 ])
 def test_a_bad_flag_is_one_line_and_exit_status_2_before_any_work(tmp_path, flags, message):
+  # One `python -m experiments` process for each way a bad flag ends: a value launch.Options.check refuses
+  # (--executor=pbs) and one absl's parser refuses (--workers=two). The other values are checked in this process,
+  # on the same flags (experiments/settings.py, with flags of its own) and the same check.
+  if flags not in (["--executor=pbs"], ["--workers=two"]):
+    fv = absl_flags.FlagValues()
+    settings.define(launch.Options, fv)
+    fv(["experiments sweep", *flags])
+    with pytest.raises(ValueError) as e:
+      settings.parse(launch.Options, fv).check()
+    assert str(e.value) == message
+    return
   proc = subprocess.run([sys.executable, "-m", "experiments", "sweep", "length_tiny", "--root", str(tmp_path), *flags],
                         cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert (proc.returncode, proc.stderr) == (2, f"python -m experiments: error: experiments sweep: {message}\n")
