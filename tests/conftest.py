@@ -9,6 +9,7 @@ test by two thirds or more, with the same results. ``RPR_TEST_OPTIMIZED=1``
 runs the suite on optimised programs, as experiments run.
 """
 
+import logging
 import os
 import pathlib
 import signal
@@ -77,19 +78,31 @@ def compilation_cache(tmp_path_factory):
     jax.config.update(k, v)
 
 
+def _logging_levels() -> dict:
+  return {name: logging.getLogger(name).level for name in ("", "absl")}  # the root logger's and absl's
+
+
+def _set_logging_levels(levels: dict) -> None:
+  for name, level in levels.items():
+    logging.getLogger(name).setLevel(level)
+
+
 @pytest.fixture
 def run_module():
   """run.py imported in this process (the signal handlers it installs on import put back), its flags unparsed
-  afterwards."""
+  afterwards, and the logging levels that parsing and unparsing absl's --verbosity set put back (unset, absl's
+  logger passes INFO records on to caplog)."""
   from absl import flags
 
   handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+  levels = _logging_levels()
   import run  # pylint: disable=import-outside-toplevel
 
   for s, handler in handlers.items():
     signal.signal(s, handler)
   yield run
   flags.FLAGS.unparse_flags()
+  _set_logging_levels(levels)
 
 
 @pytest.fixture
@@ -102,7 +115,7 @@ def run_py_here(run_module, capfd, monkeypatch):
   For user errors reported before any training, at a fraction of a process's cost (each run.py process imports
   JAX for seconds); the exit status and stderr of real processes are held by the tests that start run.py. The
   signal handling of ``main`` is left out (``rpr.stop.end_at_once`` would end this process at its next signal;
-  tests/test_stop.py holds it), and the handlers ``main`` leaves behind are put back.
+  tests/test_stop.py holds it), and the signal handlers and logging levels ``main`` leaves behind are put back.
   """
   from absl import flags
   from rpr import stop
@@ -112,6 +125,7 @@ def run_py_here(run_module, capfd, monkeypatch):
 
   def call(args):
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    levels = _logging_levels()
     capfd.readouterr()
     argv = ["run.py", *args]
     monkeypatch.setattr(sys, "argv", argv)  # config_flags reads the --config.<key> overrides from sys.argv
@@ -130,6 +144,7 @@ def run_py_here(run_module, capfd, monkeypatch):
       for s, handler in handlers.items():
         signal.signal(s, handler)
       flags.FLAGS.unparse_flags()
+      _set_logging_levels(levels)
     out, err = capfd.readouterr()
     return subprocess.CompletedProcess(argv, status, out, err)
 
