@@ -9,8 +9,13 @@ test by two thirds or more, with the same results. ``RPR_TEST_OPTIMIZED=1``
 runs the suite on optimised programs, as experiments run.
 """
 
+import logging
 import os
+import pathlib
+import signal
+import subprocess
 import sys
+import traceback
 
 if os.environ.get("RPR_TEST_OPTIMIZED") != "1":  # before JAX reads its configuration
   os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
@@ -71,6 +76,79 @@ def compilation_cache(tmp_path_factory):
   yield path
   for k, v in old.items():
     jax.config.update(k, v)
+
+
+def _logging_levels() -> dict:
+  return {name: logging.getLogger(name).level for name in ("", "absl")}  # the root logger's and absl's
+
+
+def _set_logging_levels(levels: dict) -> None:
+  for name, level in levels.items():
+    logging.getLogger(name).setLevel(level)
+
+
+@pytest.fixture
+def run_module():
+  """run.py imported in this process (the signal handlers it installs on import put back), its flags unparsed
+  afterwards, and the logging levels that parsing and unparsing absl's --verbosity set put back (unset, absl's
+  logger passes INFO records on to caplog)."""
+  from absl import flags
+
+  handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+  levels = _logging_levels()
+  import run  # pylint: disable=import-outside-toplevel
+
+  for s, handler in handlers.items():
+    signal.signal(s, handler)
+  yield run
+  flags.FLAGS.unparse_flags()
+  _set_logging_levels(levels)
+
+
+@pytest.fixture
+def run_py_here(run_module, capfd, monkeypatch):
+  """``run_py_here(args)``: ``python run.py *args`` in this process, from the repository's root, as absl's
+  ``app.run`` runs it (run.py's flag parser, then ``main``): a CompletedProcess of the exit status and stderr (file
+  descriptor 2, so C-level writes too), an exception that escapes ``main`` printed with its traceback and exit
+  status 1, as the interpreter would.
+
+  For user errors reported before any training, at a fraction of a process's cost (each run.py process imports
+  JAX for seconds); the exit status and stderr of real processes are held by the tests that start run.py. The
+  signal handling of ``main`` is left out (``rpr.stop.end_at_once`` would end this process at its next signal;
+  tests/test_stop.py holds it), and the signal handlers and logging levels ``main`` leaves behind are put back.
+  """
+  from absl import flags
+  from rpr import stop
+
+  monkeypatch.chdir(pathlib.Path(__file__).resolve().parents[1])
+  monkeypatch.setattr(stop, "end_at_once", lambda request, clean_up: None)
+
+  def call(args):
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    levels = _logging_levels()
+    capfd.readouterr()
+    argv = ["run.py", *args]
+    monkeypatch.setattr(sys, "argv", argv)  # config_flags reads the --config.<key> overrides from sys.argv
+    flags.FLAGS.unparse_flags()  # every flag at its default but those given, as in a new process
+    try:
+      run_module.main(run_module._parse_flags(argv))  # pylint: disable=protected-access
+      status = 0
+    except SystemExit as e:
+      status = e.code if isinstance(e.code, int) else int(e.code is not None)
+      if isinstance(e.code, str):
+        print(e.code, file=sys.stderr)
+    except Exception:  # pylint: disable=broad-except
+      traceback.print_exc()
+      status = 1
+    finally:
+      for s, handler in handlers.items():
+        signal.signal(s, handler)
+      flags.FLAGS.unparse_flags()
+      _set_logging_levels(levels)
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(argv, status, out, err)
+
+  return call
 
 
 @pytest.fixture

@@ -350,7 +350,9 @@ def test_a_record_from_before_the_options_moved_resumes_as_the_same_config(tmp_p
 
 
 @pytest.mark.parametrize("case", ["no_checkpoint_restores", "changed_config"])
-def test_run_py_reports_either_in_one_line_with_exit_status_2(runs, tmp_path, compilation_cache, case):
+def test_run_py_reports_either_in_one_line_with_exit_status_2(runs, tmp_path, compilation_cache, case, run_py_here):
+  # A damaged workdir through a run.py process; a changed config, refused before JAX starts, through run.py in this
+  # process (conftest.py's run_py_here), the same flag parser and main.
   workdir = copy_of_six(runs, tmp_path)
   args = ["--config.num_train_steps=8", "--config.eval_splits=()", "--config.model.dropout_rate=0.1",
           "--config.checkpoint_every_steps=2", "--config.keep_checkpoints=2", "--config.log_every_steps=2"]
@@ -361,8 +363,12 @@ def test_run_py_reports_either_in_one_line_with_exit_status_2(runs, tmp_path, co
   else:
     args.append("--config.seed=1")
     message = r"the config differs from .*config.json.*: seed 0 -> 1; .*--allow_config_change=seed"
-  cmd = [sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={workdir}", *args]
-  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=_env(compilation_cache))
+  argv = ["--config=configs/tiny.py", f"--workdir={workdir}", *args]
+  if case == "changed_config":
+    proc = run_py_here(argv)
+  else:
+    proc = subprocess.run([sys.executable, "run.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=_env(compilation_cache))
   errors = [l for l in proc.stderr.splitlines() if l.startswith("run.py: error:")]
   assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
   assert re.search(message, errors[0]), errors[0]

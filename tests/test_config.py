@@ -4,8 +4,6 @@ import importlib
 import math
 import os
 import re
-import subprocess
-import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -82,26 +80,25 @@ def test_checks_that_do_not_apply_pass():
   assert not np.allclose(moved[1.0], moved[None])  # the comparison can fail: a finite clip changes the step
 
 
-def test_run_py_names_a_missing_key_of_a_sub_config_in_one_line_with_exit_status_2(tmp_path):
+def test_run_py_names_a_missing_key_of_a_sub_config_in_one_line_with_exit_status_2(tmp_path, run_py_here):
   # run.py's other one-line errors: test_properties.py (a bad value, a missing top-level key) and test_train.py
-  # (a bad literal, a variant word, a workdir); the messages of every key's bad values: validate, above.
+  # (a bad literal, a variant word, a workdir); the messages of every key's bad values: validate, above. run.py in
+  # this process (conftest.py's run_py_here): test_properties.py's missing key is a run.py process's.
   workdir = tmp_path / "run"
-  cmd = [sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={workdir}", "--config.model.shaw.k=1"]
-  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  proc = run_py_here(["--config=configs/tiny.py", f"--workdir={workdir}", "--config.model.shaw.k=1"])
   lines = [l for l in proc.stderr.splitlines() if l.startswith("run.py: error:")]
   assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
   assert re.search(r"--config.model.shaw.k: the config has no key 'k'", lines[0]), lines[0]
   assert "Traceback" not in proc.stderr and not workdir.exists()
 
 
-def test_an_xla_flags_value_that_xla_would_cut_short_fails_before_any_work(tmp_path):
+def test_an_xla_flags_value_that_xla_would_cut_short_fails_before_any_work(tmp_path, monkeypatch, run_py_here):
   # The often-copied single-thread recipe with the device count after it: XLA reads no flag past the bare word.
+  # run.py in this process (conftest.py's run_py_here), which reads XLA_FLAGS as a run.py process would.
   flags = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1 --xla_force_host_platform_device_count=2"
   workdir = tmp_path / "run"
-  proc = subprocess.run([sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={workdir}"], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300,
-                        env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags))
+  monkeypatch.setenv("XLA_FLAGS", flags)
+  proc = run_py_here(["--config=configs/tiny.py", f"--workdir={workdir}"])
   lines = [l for l in proc.stderr.splitlines() if l.startswith("run.py: error:")]
   assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
   assert lines[0].endswith("XLA_FLAGS: XLA stops reading at 'intra_op_parallelism_threads=1' (no leading '--') and "

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import re
-import signal
 import subprocess
 import sys
 import types
@@ -305,19 +304,6 @@ def test_a_loss_that_grows_by_orders_of_magnitude_is_warned_of_once(tmp_path, ca
 
 # ----------------------------------------------------------------------------
 # The lock: a clean exit of run.py leaves it empty (a killed run's PID stays: tests/test_workdir.py).
-
-
-@pytest.fixture
-def run_module():
-  """run.py imported in this process (the signal handlers it installs on import put back), its flags unparsed
-  afterwards."""
-  handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-  import run  # pylint: disable=import-outside-toplevel
-
-  for s, handler in handlers.items():
-    signal.signal(s, handler)
-  yield run
-  flags.FLAGS.unparse_flags()
 
 
 @pytest.mark.parametrize("end", ["finished", "stopped by a signal", "user error"])

@@ -2,8 +2,6 @@
 the machine's memory; run.py refuses a run that cannot fit in one line before the workdir is made, unless
 --skip_memory_check."""
 
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +11,6 @@ from absl import flags
 from rpr import config as config_lib
 from rpr import memory
 from rpr import model
-from tests.test_failures import run_module  # noqa: F401 (a fixture)
 from tests.test_model import count, init_shapes
 from tests.test_train import ROOT, tiny_config
 from tests.test_workdir import one_error_line
@@ -46,16 +43,15 @@ def test_a_run_that_cannot_fit_is_refused_naming_the_estimate_and_what_to_lower(
 HUGE = ["--config=configs/tiny.py", "--config.model.d_model=65536", "--config.model.d_ff=262144"]
 
 
-def test_run_py_refuses_a_model_no_machine_holds_before_the_workdir_is_made(tmp_path):
+def test_run_py_refuses_a_model_no_machine_holds_before_the_workdir_is_made(tmp_path, run_py_here):
   workdir = tmp_path / "never"
-  proc = subprocess.run([sys.executable, "run.py", *HUGE, f"--workdir={workdir}"], cwd=ROOT, capture_output=True,
-                        text=True, timeout=120)
+  proc = run_py_here([*HUGE, f"--workdir={workdir}"])  # run.py in this process: its flag parser and main
   line = one_error_line(proc)
   assert "120,261,443,584 parameters" in line and "more than this machine's" in line, line
   assert not workdir.exists()
 
 
-def test_skip_memory_check_lets_run_py_go_on(tmp_path, monkeypatch, run_module):  # noqa: F811
+def test_skip_memory_check_lets_run_py_go_on(tmp_path, monkeypatch, run_module):
   started = []
   monkeypatch.setattr(run_module, "_start", lambda config, single: started.append(config.model.d_model))
   monkeypatch.setattr(memory, "machine_bytes", lambda: 1)  # a machine the tiny run does not fit

@@ -48,8 +48,8 @@ def test_a_beam_that_holds_every_hypothesis_returns_the_best_by_brute_force():
   rng = np.random.default_rng(11)  # parameters where the greedy path misses the best (checked below)
   inputs = jnp.asarray(rng.integers(3, 5, size=(8, 4)), jnp.int32)
   net = model_lib.Transformer(config.replace(deterministic=True))
-  params = net.init(jax.random.PRNGKey(0), inputs, jnp.ones((8, 3), jnp.int32))["params"]
-  params = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), p.dtype), params)  # peaked, varied
+  shapes = jax.eval_shape(net.init, jax.random.PRNGKey(0), inputs, jnp.ones((8, 3), jnp.int32))["params"]
+  params = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), p.dtype), shapes)  # peaked, varied
   alpha = 0.6
   got = np.asarray(predict.predict(params, inputs, model_config=config, max_decode_len=3, method="beam",
                                    beam_size=8, alpha=alpha))

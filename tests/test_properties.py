@@ -462,20 +462,24 @@ def test_a_bad_config_value_fails_validate_naming_the_key(strategy):
 
 
 # ----------------------------------------------------------------------------
-# run.py: a bad value is one error line and exit status 2. A few fixed cases, each a process that imports JAX.
+# run.py: a bad value is one error line and exit status 2. A few fixed cases: one run.py process for each way a bad
+# value ends (a value rpr.config.parse refuses, a key the config lacks), each a process that imports JAX; the
+# others run.py in this process (conftest.py's run_py_here), the same flag parser and main.
 
 RUN_PY_ERRORS = {"seed": "-1", "learning_rate": "nan", "model.position": "absolute", "no_such_key": "1"}
+IN_PROCESS = ("learning_rate", "model.position")  # refused by rpr.config.parse, as seed is
 
 
 @pytest.fixture(scope="module")
 def run_py_errors(tmp_path_factory):
-  """``{key: (exit status, stderr)}`` of ``run.py --config.<key>=<bad value>``, the processes run side by side."""
+  """``{key: (exit status, stderr)}`` of ``run.py --config.<key>=<bad value>`` for the keys not IN_PROCESS, the
+  processes run side by side."""
   workdir = tmp_path_factory.mktemp("run_py") / "run"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   procs = {key: subprocess.Popen([sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={workdir}",
                                   f"--config.{key}={value}"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, text=True)
-           for key, value in RUN_PY_ERRORS.items()}
+           for key, value in RUN_PY_ERRORS.items() if key not in IN_PROCESS}
   out = {}
   for key, p in procs.items():
     _, stderr = p.communicate(timeout=300)
@@ -484,14 +488,24 @@ def run_py_errors(tmp_path_factory):
   return out
 
 
+def _run_py_error(run_py_errors, run_py_here, tmp_path, key):
+  """``(exit status, stderr)`` of ``run.py --config.<key>=<bad value>``: a process's, or in this process."""
+  if key not in IN_PROCESS:
+    return run_py_errors[key]
+  workdir = tmp_path / "run"
+  proc = run_py_here(["--config=configs/tiny.py", f"--workdir={workdir}", f"--config.{key}={RUN_PY_ERRORS[key]}"])
+  assert not workdir.exists()  # nothing was written
+  return proc.returncode, proc.stderr
+
+
 @pytest.mark.parametrize("key", RUN_PY_ERRORS)
-def test_run_py_exits_2_with_one_error_line_naming_the_key(run_py_errors, key):
-  status, stderr = run_py_errors[key]
+def test_run_py_exits_2_with_one_error_line_naming_the_key(run_py_errors, run_py_here, tmp_path, key):
+  status, stderr = _run_py_error(run_py_errors, run_py_here, tmp_path, key)
   errors = [line for line in stderr.splitlines() if line.startswith("run.py: error:")]
   assert status == 2 and len(errors) == 1 and key in errors[0] and "Traceback" not in stderr, stderr
 
 
 @pytest.mark.parametrize("key", RUN_PY_ERRORS)
-def test_run_py_stderr_is_the_error_line_only(run_py_errors, key):
-  status, stderr = run_py_errors[key]
+def test_run_py_stderr_is_the_error_line_only(run_py_errors, run_py_here, tmp_path, key):
+  status, stderr = _run_py_error(run_py_errors, run_py_here, tmp_path, key)
   assert status == 2 and len(stderr.splitlines()) == 1, stderr

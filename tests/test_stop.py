@@ -11,7 +11,7 @@ import time
 from rpr import stop
 from rpr import workdir
 from rpr.records import read_jsonl
-from tests.test_train import ROOT, _env
+from tests.test_train import ROOT, _env, tiny_config, train_run
 
 BLOCKED = """
 import sys, numpy as np
@@ -46,10 +46,11 @@ FAST = ["--config=configs/tiny.py", "--config.num_train_steps=8", "--config.chec
 
 def test_sigterm_while_run_py_starts_up_ends_it_at_once_and_the_same_command_goes_on(tmp_path, compilation_cache):
   # A resumed run (from step 4) stopped while it restores and compiles: status 3, then the same command ends it.
+  # The first 4 steps: FAST's config trained in this process.
   cmd = [sys.executable, "run.py", *FAST, f"--workdir={tmp_path}"]
-  first = subprocess.run([*cmd, "--config.num_train_steps=4"], cwd=ROOT, capture_output=True, text=True,
-                         env=_env(compilation_cache), timeout=300)
-  assert first.returncode == 0, first.stderr[-3000:]
+  first = train_run(tiny_config(num_train_steps=4, checkpoint_every_steps=4, log_every_steps=4, eval_splits=(),
+                                tensorboard=False), str(tmp_path))
+  assert first["step"] == 4
   proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(compilation_cache), stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
   lines = []

@@ -330,18 +330,33 @@ def test_a_newly_registered_scheme_trains_through_the_engine(tmp_path):
     (["--config=configs/arithmetic.py:pe=bogus"], r"pe='bogus' is not allowed; allowed: one of \['alibi'"),
     (["--workdir={file}"], r"--workdir '.*' is a file; allowed: a directory"),
 ])
-def test_user_errors_are_one_line_with_exit_status_2(tmp_path, args, message):
+def test_user_errors_are_one_line_with_exit_status_2(tmp_path, args, message, run_py_here):
+  # In this process (conftest.py's run_py_here): run.py's flag parser and main, each case twice; the same through
+  # run.py's own processes below.
   file = tmp_path / "a_file"
   file.write_text("")
-  cmd = [sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}"]
-  cmd += [a.format(file=file) for a in args]
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+  argv = ["--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}"] + [a.format(file=file) for a in args]
+  proc = run_py_here(argv)
   lines = [l for l in proc.stderr.splitlines() if l.startswith("run.py: error:")]
   assert proc.returncode == 2 and len(lines) == 1 and re.search(message, lines[0]), proc.stderr[-2000:]
   assert "Traceback" not in proc.stderr
-  debug = subprocess.run(cmd + ["--debug"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+  debug = run_py_here(argv + ["--debug"])
   assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_a_user_error_of_a_run_py_process_is_one_line_and_with_debug_a_traceback(tmp_path):
+  # One case of the test above through run.py's own processes, side by side: a ValueError raised by the config
+  # file (a variant word), which config_flags wraps with the file's traceback.
+  cmd = [sys.executable, "run.py", "--config=configs/arithmetic.py:pe=bogus", f"--workdir={tmp_path / 'run'}"]
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  procs = [subprocess.Popen(c, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+           for c in (cmd, cmd + ["--debug"])]
+  (_, err), (_, debug) = [p.communicate(timeout=300) for p in procs]
+  lines = [l for l in err.splitlines() if l.startswith("run.py: error:")]
+  assert procs[0].returncode == 2 and len(lines) == 1, err[-2000:]
+  assert re.search(r"pe='bogus' is not allowed; allowed: one of \['alibi'", lines[0]), lines[0]
+  assert "Traceback" not in err and not (tmp_path / "run").exists()
+  assert procs[1].returncode != 0 and "Traceback" in debug
 
 
 def test_final_eval_splits_are_scored_at_the_last_step_only(tmp_path):

@@ -146,19 +146,21 @@ def test_tiny_variant_trains_decodes_with_beam_search_and_scores_bleu_on_raw_ref
 
 
 @pytest.mark.slow
-def test_the_documented_tiny_command_runs_offline_on_mock_data(tmp_path):
+def test_the_documented_tiny_command_runs_offline_on_mock_data(tmp_path, compilation_cache):
   """`run.py --config=configs/wmt14_ende.py:tiny` trains and evaluates without a download (it used to hang).
 
   The mock also reads the evaluation splits before training, so orbax's background saves never run under it.
+  The session's compilation cache: the run's programs are those the test above compiled.
   """
-  import os
   import subprocess
   import sys
+
+  from tests.test_train import _env
 
   root = pathlib.Path(__file__).resolve().parents[1]
   proc = subprocess.run([sys.executable, "run.py", "--config=configs/wmt14_ende.py:tiny", f"--workdir={tmp_path}"],
                         cwd=root, capture_output=True, text=True, timeout=300,
-                        env={**os.environ, "JAX_PLATFORMS": "cpu", "TFDS_DATA_DIR": str(tmp_path / "tfds")})
+                        env={**_env(compilation_cache), "TFDS_DATA_DIR": str(tmp_path / "tfds")})
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "validation/bleu" in proc.stderr and "mock_examples = 64" in proc.stderr
   assert "statmt.org" not in proc.stderr  # nothing tried the network

@@ -44,12 +44,20 @@ def one_error_line(proc) -> str:
 # The lock.
 
 
-def test_a_second_run_on_a_held_workdir_is_refused_naming_the_holder(tmp_path, compilation_cache):
-  with workdir.lock(str(tmp_path)):
-    proc = run_py(["--config=configs/tiny.py", f"--workdir={tmp_path}"], compilation_cache)
-    line = one_error_line(proc)
-    assert re.search(rf"is in use by PID {os.getpid()} on host \S+ \(since .*\): one run per workdir", line), line
-    assert not (tmp_path / "config.json").exists() and not (tmp_path / "checkpoints").exists()
+def test_a_second_run_on_a_held_workdir_is_refused_naming_the_holder(tmp_path, run_py_here):
+  # The holder: a small process that takes the lock (rpr.workdir imports no JAX); the second run: run.py in this
+  # process (conftest.py's run_py_here, its flag parser and main).
+  code = ("import sys, time; from rpr import workdir; workdir.acquire(sys.argv[1]); print('held', flush=True); "
+          "time.sleep(60)")
+  holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    line = one_error_line(run_py_here(["--config=configs/tiny.py", f"--workdir={tmp_path}"]))
+  finally:
+    holder.kill()
+    holder.wait()
+  assert re.search(rf"is in use by PID {holder.pid} on host \S+ \(since .*\): one run per workdir", line), line
+  assert not (tmp_path / "config.json").exists() and not (tmp_path / "checkpoints").exists()
 
 
 def _busy(path):
@@ -246,13 +254,13 @@ def test_a_save_that_fails_stops_the_run_naming_the_last_saved_step(tmp_path, mo
   assert out["step"] == 8 and steps == [2, 4, 6, 8]
 
 
-def test_an_unwritable_checkpoints_directory_fails_before_training(tmp_path, compilation_cache):
+def test_an_unwritable_checkpoints_directory_fails_before_training(tmp_path, run_py_here):
   checkpoints = tmp_path / "checkpoints"
   checkpoints.mkdir()
   if subprocess.run(["chattr", "+i", str(checkpoints)], capture_output=True).returncode != 0:
     pytest.skip("chattr +i is not available here (root writes through file modes, so it is the test's tool)")
   try:
-    proc = run_py(["--config=configs/tiny.py", f"--workdir={tmp_path}"], compilation_cache)
+    proc = run_py_here(["--config=configs/tiny.py", f"--workdir={tmp_path}"])  # run.py in this process
   finally:
     subprocess.run(["chattr", "-i", str(checkpoints)], check=True)
   assert re.search(r"checkpoints directory .* is not writable \(Operation not permitted\)", one_error_line(proc))
@@ -278,7 +286,9 @@ def test_a_save_that_raises_at_once_stops_the_run_too(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("case", ["missing config file", "non-config get_config", "typo", "workdir under a file",
                                   "checkpoints is a file", "unfetchable corpus", "diverged"])
-def test_each_user_error_is_one_line_with_exit_status_2(tmp_path, compilation_cache, case, monkeypatch):
+def test_each_user_error_is_one_line_with_exit_status_2(tmp_path, compilation_cache, case, monkeypatch, run_py_here):
+  # run.py in this process (conftest.py's run_py_here), but a diverged run: a run.py process, whose user errors
+  # include rpr.train's NonFiniteError only once it has imported rpr.train (this process always has).
   run = tmp_path / "run"
   args = {
       "missing config file": ["--config=configs/nope.py"],
@@ -300,7 +310,8 @@ def test_each_user_error_is_one_line_with_exit_status_2(tmp_path, compilation_ca
     run.mkdir()
     (run / "checkpoints").write_text("")
   target = tmp_path / "file" / "run" if case == "workdir under a file" else run
-  line = one_error_line(run_py([*args, f"--workdir={target}"], compilation_cache))
+  argv = [*args, f"--workdir={target}"]
+  line = one_error_line(run_py(argv, compilation_cache) if case == "diverged" else run_py_here(argv))
   expected = {
       "missing config file": r"--config 'configs/nope.py': 'configs/nope.py' is not a file",
       "non-config get_config": r"get_config returned a dict; allowed: an ml_collections.ConfigDict",

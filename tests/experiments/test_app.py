@@ -5,8 +5,11 @@ import subprocess
 import sys
 
 import pytest
+from absl import flags
 
 from experiments import __main__ as app
+from experiments import launch
+from experiments import settings
 from experiments import sweeps
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -27,6 +30,21 @@ def _run(*args):
     (("tables", "--readme", "pyproject.toml"), "pyproject.toml has no <!-- tables --> ... <!-- /tables --> block"),
 ])
 def test_a_bad_verb_or_flag_is_one_line_and_exit_status_2(args, message):
+  # The sweep verb's ValueErrors (a sweep name or a flag value; the sweep turns them into this line) are checked in
+  # this process; tests/experiments/test_launch.py's --executor=pbs is that path's process.
+  if args[:2] == ("sweep", "length_tiny"):  # a value launch.Options.check refuses, on the sweep's own flags
+    fv = flags.FlagValues()
+    settings.define(launch.Options, fv)
+    fv(["experiments sweep", *args[2:]])
+    with pytest.raises(ValueError, match=message) as e:
+      settings.parse(launch.Options, fv).check()
+    assert "\n" not in str(e.value)
+    return
+  if args == ("sweep", "nope"):  # the name the sweep looks up
+    with pytest.raises(ValueError) as e:
+      sweeps.get("nope")
+    assert str(e.value).startswith(message) and "\n" not in str(e.value), str(e.value)
+    return
   proc = _run(*args)
   assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
   lines = proc.stderr.strip().splitlines()

@@ -13,8 +13,10 @@ import threading
 import time
 
 import pytest
+from absl import flags as absl_flags
 
 from experiments import launch
+from experiments import settings
 from experiments import status
 from experiments import sweep as sweep_lib
 from experiments import sweeps
@@ -268,7 +270,8 @@ def test_checkpoints_kept_elsewhere_are_linked_found_again_by_a_new_clone_and_re
   """--checkpoints: the run's checkpoints live outside its workdir; a work tree laid anew (the link gone, the
   records kept) links them again and the run resumes from them, not from step 0."""
   workdir, keep = tmp_path / "tree" / "run", tmp_path / "keep"
-  short = (("num_train_steps", 4), ("checkpoint_every_steps", 2), ("eval_every_steps", 4))
+  short = (("num_train_steps", 4), ("checkpoint_every_steps", 2), ("eval_every_steps", 4), ("tensorboard", False),
+           ("eval_splits", ("valid",)))  # as LONG_TINY: no TensorFlow to import, no long split's decoder
   options = launch.Options(executor="debug", checkpoints=str(keep))
   outcome = launch.launch([_job(workdir, short)], options, str(tmp_path / "submitit"))
   link, home = workdir / "checkpoints", launch.checkpoint_home(str(workdir), str(keep))
@@ -343,6 +346,17 @@ def test_status_reads_each_run_from_its_workdir_and_its_job(tmp_path):
     (["--workers=two"], "flag --workers=two: invalid literal for int() with base 10: 'two'"),
 ])
 def test_a_bad_flag_is_one_line_and_exit_status_2_before_any_work(tmp_path, flags, message):
+  # One `python -m experiments` process for each way a bad flag ends: a value launch.Options.check refuses
+  # (--executor=pbs) and one absl's parser refuses (--workers=two). The other values are checked in this process,
+  # on the same flags (experiments/settings.py, with flags of its own) and the same check.
+  if flags not in (["--executor=pbs"], ["--workers=two"]):
+    fv = absl_flags.FlagValues()
+    settings.define(launch.Options, fv)
+    fv(["experiments sweep", *flags])
+    with pytest.raises(ValueError) as e:
+      settings.parse(launch.Options, fv).check()
+    assert str(e.value) == message
+    return
   proc = subprocess.run([sys.executable, "-m", "experiments", "sweep", "length_tiny", "--root", str(tmp_path), *flags],
                         cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert (proc.returncode, proc.stderr) == (2, f"python -m experiments: error: experiments sweep: {message}\n")
