@@ -146,7 +146,8 @@ def budget_rule(values: Mapping[int, Mapping[str, Sequence[float]]]) -> tuple[li
     values: budget -> cell -> the final values of its seeds. A budget pair is judged once both budgets have at
       least 2 seeds of every cell.
   Returns:
-    (each judged pair, the chosen budget or None while no judged pair holds).
+    (each judged pair, the chosen budget): the smallest that holds; the largest once every pair is judged and
+    none holds (the protocol stops there); None while no judged pair holds and a pair waits for seeds.
   """
   steps, budgets = [], sorted(values)
   for small, large in zip(budgets, budgets[1:]):
@@ -156,4 +157,5 @@ def budget_rule(values: Mapping[int, Mapping[str, Sequence[float]]]) -> tuple[li
     sd = pooled_sd(*(values[large][c] for c in cells))
     means = {c: (float(np.mean(values[small][c])), float(np.mean(values[large][c]))) for c in cells}
     steps.append(BudgetStep(small, large, means, sd, all(abs(a - b) <= sd for a, b in means.values())))
-  return steps, next((s.budget for s in steps if s.within), None)
+  held = next((s.budget for s in steps if s.within), None)
+  return steps, held if held or len(steps) < len(budgets) - 1 else budgets[-1]

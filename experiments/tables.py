@@ -197,7 +197,13 @@ def budget_section(root: str = RESULTS) -> str:
     rows = [[f"{s.budget:,} vs {s.larger:,}", *[f"{a:.2f} / {b:.2f}" for a, b in s.means.values()], f"{s.sd:.2f}",
              "holds" if s.within else "fails"] for s in steps]
     header = ["budgets", *[f"`{c}` mean ({metric})" for c in cells], "pooled SD at the larger", "rule"]
-    decision = (f"the budget is {chosen:,} steps" if chosen else "no budget chosen yet: no judged pair holds")
+    judged = {(s.budget, s.larger) for s in steps}
+    waiting = ", ".join(f"{a:,} vs {b:,}" for a, b in zip(budgets, budgets[1:]) if (a, b) not in judged)
+    if chosen is None:
+      decision = f"no budget chosen yet: {waiting} judged once each has 2 finished seeds of every cell"
+    else:
+      decision = f"the budget is {chosen:,} steps" + ("" if any(s.within for s in steps) else
+                                                      ", the largest: every pair fails")
     out.append(f"**Budget rule, `{folder}`** ({decision})\n\n" + render.markdown_table(header, rows))
   return "\n\n".join(out)
 
@@ -226,8 +232,8 @@ def _not_cached(run_dir: str) -> list[str]:
 
 def readme_block(tables: Sequence[Table], root: str = RESULTS, out: str = OUT) -> str:
   """The headline tables, as the README's results open with them (between :data:`MARKERS`): each five-seed table
-  once it has a finished run, its history twin (``history_<name>``) until then, and the pilot. The paired
-  bootstraps come from ``<out>/bootstrap.json`` (:func:`write` computes them)."""
+  once it has a finished run, its history twin (``history_<name>``) until then, the pilots and their budget rule.
+  The paired bootstraps come from ``<out>/bootstrap.json`` (:func:`write` computes them)."""
   cache = _cache(out)
   by_name, shown = {t.name: t for t in tables}, []
   for t in tables:
@@ -235,7 +241,8 @@ def readme_block(tables: Sequence[Table], root: str = RESULTS, out: str = OUT) -
       records, twin = frame(t, root), by_name.get(f"history_{t.name}")
       if records or twin is not None:  # a table with neither runs nor history waits for its first run
         shown.append((t, records) if records else (twin, frame(twin, root)))
-  block = "\n\n".join(markdown(t, records, boot=bootstrap(t, root, cache, _not_cached)) for t, records in shown)
+  block = "\n\n".join([*(markdown(t, records, boot=bootstrap(t, root, cache, _not_cached)) for t, records in shown),
+                       budget_section(root)])  # under the pilots: the budget their runs fixed, or not yet
   said = answers(shown)
   return block + (f"\n\nThe three questions, as the tables answer them (difference [95% CI], Holm p):\n\n{said}"
                   if said else "")

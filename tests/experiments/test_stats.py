@@ -115,3 +115,6 @@ def test_the_budget_rule_picks_the_smallest_budget_within_one_pooled_sd_of_the_n
   values[16000]["sin"] = [17.0, 17.2]  # sinusoidal still gains 0.8, more than the SD (0.2): the rule fails
   assert stats.budget_rule(values) == (stats.budget_rule(values)[0], None)
   assert not stats.budget_rule(values)[0][1].within
+  values[32000] = {"shaw": [21.0, 21.1], "sin": [18.0, 18.1]}  # every pair judged, none holds: the largest
+  steps, chosen = stats.budget_rule(values)
+  assert [s.within for s in steps] == [False, False, False] and chosen == 32000

@@ -220,3 +220,28 @@ def test_a_plot_without_learning_curves_is_one_column_and_draws_without_warnings
     render.table_plot(str(tmp_path / "b.png"), "t", "test/exact_match", curves, baselines=(("bound", 0.15),))
   assert [len(f.axes) for f in figures] == [1, 2]
   assert [bool(ax.get_legend()) for ax in figures[1].axes] == [True, True]  # the baseline's; the cells' means
+
+
+def test_the_budget_rule_section_says_which_pairs_wait_and_takes_the_largest_budget_when_every_pair_fails(tmp_path):
+  def pilot_run(cell, budget, seed, value):
+    path = tmp_path / "pilot" / "translation" / f"{cell},steps={budget}" / f"seed{seed}"
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"config": {"seed": seed, "num_train_steps": budget},
+                                                  "model_config": {}}))
+    (path / "metrics.jsonl").write_text(json.dumps({"step": budget, "validation/bleu": value}) + "\n")
+
+  for budget, gain in ((4000, 0.0), (8000, 4.0), (16000, 7.0)):  # every step gains far more than the seeds differ
+    for seed in (0, 1):
+      pilot_run("shaw", budget, seed, 15.0 + gain + 0.1 * seed)
+      pilot_run("sinusoidal", budget, seed, 12.0 + gain + 0.1 * seed)
+  pilot_run("shaw", 32000, 0, 24.0)
+  text = tables.budget_section(str(tmp_path))
+  assert ("**Budget rule, `pilot/translation`** (no budget chosen yet: 16,000 vs 32,000 judged once each has 2 "
+          "finished seeds of every cell)") in text
+  assert "(no budget chosen yet: 8,000 vs 16,000, 16,000 vs 32,000 judged once" in text  # the LM: no run yet
+  pilot_run("shaw", 32000, 1, 24.1)
+  for seed in (0, 1):
+    pilot_run("sinusoidal", 32000, seed, 21.0 + 0.1 * seed)
+  text = tables.budget_section(str(tmp_path))
+  assert "(the budget is 32,000 steps, the largest: every pair fails)" in text
+  assert "| 16,000 vs 32,000 | 22.05 / 24.05 | 19.05 / 21.05 | 0.07 | fails |" in text
