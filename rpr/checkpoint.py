@@ -67,9 +67,12 @@ class _OrbaxLogFilter(pylogging.Filter):
   warnings: an error of orbax's is a save that failed, which the run reports in one line (:class:`SaveError`)."""
 
   def filter(self, record):
-    if "/orbax/" not in record.pathname:  # asyncio's "Task exception was never retrieved" of orbax's writes too
-      return not (record.name == "asyncio" and "/orbax/" in record.getMessage() + "".join(
-          f.filename for f in traceback.extract_tb(record.exc_info[2] if record.exc_info else None)))
+    if "/orbax/" not in record.pathname:  # asyncio's "... exception was never retrieved" of orbax's writes, and
+      if record.name != "asyncio":  # tensorstore's of a failed save (its text names the save's temporary folder)
+        return True
+      where = record.getMessage() + "".join(
+          f.filename for f in traceback.extract_tb(record.exc_info[2] if record.exc_info else None))
+      return "/orbax/" not in where and ".orbax-checkpoint-tmp" not in where
     if not pylogging.WARNING <= record.levelno < pylogging.ERROR:
       return False
     record.exc_info, record.exc_text = None, None

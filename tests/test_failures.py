@@ -142,6 +142,9 @@ def test_orbax_asyncio_and_tensorstore_reports_of_a_failed_save_are_left_to_its_
   assert not keep(record("asyncio", "asyncio/base_events.py", logging.ERROR, "Task exception was never retrieved\n"
                          "future: <Task finished coro=<f() done, defined at /site-packages/orbax/x.py:1>>"))
   assert keep(record("asyncio", "asyncio/base_events.py", logging.ERROR, "Task exception was never retrieved"))
+  assert not keep(record("asyncio", "asyncio/base_events.py", logging.ERROR, "Future exception was never retrieved\n"
+                         "ValueError: OUT_OF_RANGE: Error writing \"d/x\" in OCDBT database at "
+                         "local file \"/w/checkpoints/2.orbax-checkpoint-tmp-7/_CHECKPOINT_METADATA\""))
   scope = {}
   exec(compile("def write():\n  raise ValueError('OUT_OF_RANGE')", "site-packages/orbax/serialization.py", "exec"),
        scope)
