@@ -211,8 +211,8 @@ def get_sweeps() -> dict:
       # over the last 20%; validation BLEU (greedy) and loss at every eighth of the budget; at the end test BLEU by
       # beam search of the final state and of the mean of the last 5 checkpoints.
       "translation_pilot": sweep(
-          "Protocol pilot: Shaw (k = 16) and sinusoidal on Bible FR-EN at 4,000, 8,000, 16,000 steps with a "
-          "cool-down, 2 seeds",
+          f"Protocol pilot: Shaw (k = 16) and sinusoidal on Bible FR-EN at {', '.join(f'{b:,}' for b in PILOT_BUDGETS)}"
+          " steps with a cool-down, 2 seeds",
           (run(f"{cell},steps={b}", here, variant, ending(b) + greedy_curve, seed=s)
            for b in PILOT_BUDGETS for s in (0, 1) for cell, variant in (("shaw", "pe=shaw,k=16"),
                                                                          ("sinusoidal", "pe=sinusoidal"))),

@@ -35,7 +35,6 @@ import submitit
 
 from experiments import engine
 from experiments import status as status_lib
-from experiments.status import MANIFEST, finished
 from experiments.settings import knob
 from rpr import progress
 from rpr import records as records_lib
@@ -117,7 +116,7 @@ class RunJob(submitit.helpers.Checkpointable):
     return {**self.__dict__, "_proc": None}  # the child process stays with this process
 
   def __call__(self) -> dict:
-    if finished(self.job.workdir, self.job.config):  # e.g. requeued after its last step
+    if status_lib.finished(self.job.workdir, self.job.config):  # e.g. requeued after its last step
       return {"state": "done", "workdir": self.job.workdir}
     state = self._train_here() if self.in_process else self._train_child()
     return {"state": state, "workdir": self.job.workdir}
@@ -226,7 +225,7 @@ def launch(jobs: Sequence[Job], options: Options, folder: str, env: Optional[dic
   outcome = {"skipped": [], "done": [], "stopped": [], "failed": [], "busy": [], "submitted": []}
   todo = []
   for job in jobs:
-    if finished(job.workdir, job.config):
+    if status_lib.finished(job.workdir, job.config):
       outcome["skipped"].append(job.workdir)
       logging.info("%s: finished, skipped.", job.workdir)
     elif _claimable(job.workdir, options.checkpoints):
@@ -356,4 +355,4 @@ def _entry(job: Job, submitted, executor: str) -> dict:
 def _record(folder: str, entries: dict) -> None:
   """Merges ``entries`` (workdir -> job) into ``folder/jobs.json``, replaced atomically."""
   manifest = {**status_lib.manifest(folder), **entries}
-  records_lib.replace_lines(os.path.join(folder, MANIFEST), [json.dumps(manifest, indent=1, sort_keys=True)])
+  records_lib.replace_lines(os.path.join(folder, status_lib.MANIFEST), [json.dumps(manifest, indent=1, sort_keys=True)])

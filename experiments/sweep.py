@@ -29,8 +29,8 @@ from experiments import launch
 from experiments import settings
 from experiments import runs as runs_lib
 from experiments import status as status_lib
-from experiments.status import finished  # what the launcher skips, and --print comments out
 from experiments import sweeps
+from rpr import config as rpr_config
 from rpr import workdir as workdir_lib
 from rpr.stop import STOPPED
 
@@ -51,25 +51,6 @@ def command(run: sweeps.Run, root: str, sweep: str) -> str:
   return " ".join(words)
 
 
-def _plateau_status(records: Sequence[dict], config) -> str:
-  """For a run with a plateau rule: its metric's latest value and the rule's gain there, beside what stops it."""
-  from rpr import config as rpr_config
-  from rpr import plateau
-
-  rule = rpr_config.Budget(**{k: config[k] for k in rpr_config.PLATEAU_KEYS}).plateau_rule()
-  if rule is None or not records:
-    return ""
-  curve = plateau.curve(records, rule.metric)
-  if not curve:
-    return f"; no {rule.metric} yet"
-  step, value = curve[-1]
-  gain = rule.gain(curve, step)
-  gained = "(not yet measured)" if gain is None else f"{gain:.2f}"
-  means = f"(means of {rule.smoothing} evaluations) " if rule.smoothing > 1 else ""
-  return (f"; {rule.metric} {value:.2f} at step {step:,}, gained {gained} over the last {rule.window:.0%} of the "
-          f"steps {means}(the rule stops it at a step >= {rule.min_steps:,} with a gain under {rule.min_gain:g})")
-
-
 def print_sweep(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> None:
   """Each run's command, "# finished: " before those that are; a comment with the step reached before each run
   in progress (and, under a plateau rule, its metric's latest value and gain); then how many are finished and the
@@ -79,7 +60,7 @@ def print_sweep(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> N
   for run in runs:
     workdir, config = sweep.workdir(run, root), load_config(run, root)
     records = runs_lib.records(workdir)
-    is_finished = finished(workdir, config)
+    is_finished = status_lib.finished(workdir, config)
     rates[is_finished] += [rate for rate in [_run_rate(records)] if rate]
     if is_finished:
       done += 1
@@ -93,7 +74,9 @@ def print_sweep(sweep: sweeps.Sweep, runs: Sequence[sweeps.Run], root: str) -> N
       in_progress += 1
       how = (f"the command resumes it from its newest checkpoint, step {saved[0]:,}" if saved else
              "no checkpoint: the command starts it at step 0 and sets these records aside")
-      print(f"# in progress: step {step:,} of {config.num_train_steps:,} ({how}){_plateau_status(records, config)}")
+      rule = rpr_config.Budget(**{k: config[k] for k in rpr_config.PLATEAU_KEYS}).plateau_rule()
+      print(f"# in progress: step {step:,} of {config.num_train_steps:,} ({how})"
+            + (f"; {rule.describe(records)}" if rule else ""))
     print(command(run, root, sweep.name))
   print(f"# {done} of {len(runs)} runs finished, {in_progress} in progress")
   print("# " + _time_left(left, rates, plateau_rule))
@@ -111,11 +94,9 @@ def _run_rate(records: Sequence[dict]) -> float | None:
 def _time_left(steps: int, rates: dict[bool, list[float]], plateau_rule: bool) -> str:
   """The steps the unfinished runs have left, and their hours at the median of the step rates (``_run_rate``) of
   the runs in progress (they run where and how the rest will), else of the finished ones."""
-  text = f"{steps:,} steps left"
-  if plateau_rule and steps:
-    text += " at most (a plateau rule may stop a run sooner)"
   if not steps:
-    return text
+    return "0 steps left"
+  text = f"{steps:,} steps left" + (" at most (a plateau rule may stop a run sooner)" if plateau_rule else "")
   whose = "runs in progress" if rates[False] else "finished runs"
   if not rates[False] and not rates[True]:
     return text + "; no step rate is logged yet"

@@ -70,6 +70,18 @@ class Rule:
     gain = self.gain(curve, step)
     return step >= self.min_steps and gain is not None and gain < self.min_gain
 
+  def describe(self, records: Sequence[dict]) -> str:
+    """The metric's latest value and the rule's gain there, beside what stops the run (``sweep --print``)."""
+    points = curve(records, self.metric)
+    if not points:
+      return f"no {self.metric} yet"
+    step, value = points[-1]
+    gain = self.gain(points, step)
+    means = f"(means of {self.smoothing} evaluations) " if self.smoothing > 1 else ""
+    return (f"{self.metric} {value:.2f} at step {step:,}, gained "
+            f"{'(not yet measured)' if gain is None else f'{gain:.2f}'} over the last {self.window:.0%} of the steps "
+            f"{means}(the rule stops it at a step >= {self.min_steps:,} with a gain under {self.min_gain:g})")
+
 
 def curve(records: Sequence[dict], metric: str) -> list[tuple[int, float]]:
   """``(step, value)`` of every record that holds ``metric`` (metrics.jsonl records)."""

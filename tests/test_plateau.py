@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from experiments import sweep as sweep_lib
+from experiments import status as status_lib
 from rpr import data
 from rpr import plateau
 from rpr import predict as predict_lib
@@ -92,7 +92,7 @@ def test_the_plateau_stops_the_run_saves_it_and_scores_the_final_splits_once(tmp
   assert [r["step"] for r in records if "plateau/gain" in r] == [4, 6, 8]  # v(S / 2) exists from S = 4 on
   assert [r["step"] for r in records if "long/loss" in r] == [8]
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["8"]
-  assert sweep_lib.finished(str(tmp_path), config)
+  assert status_lib.finished(str(tmp_path), config)
 
   # Run again: nothing is trained, evaluated or written.
   before = (tmp_path / "metrics.jsonl").read_text()
@@ -103,7 +103,7 @@ def test_the_plateau_stops_the_run_saves_it_and_scores_the_final_splits_once(tmp
   # Killed after the save at the plateau, before its final evaluation was written: it is written on restart.
   lines = before.splitlines(keepends=True)
   (tmp_path / "metrics.jsonl").write_text("".join(line for line in lines if "plateau/reached" not in line))
-  assert not sweep_lib.finished(str(tmp_path), config)
+  assert not status_lib.finished(str(tmp_path), config)
   redo = train_run(config, str(tmp_path))
   assert redo["long/loss"] == out["long/loss"] and redo["long/exact_match"] == out["long/exact_match"]
   assert (tmp_path / "metrics.jsonl").read_text().splitlines() == before.splitlines()
@@ -139,3 +139,15 @@ def test_a_run_resumed_between_evaluations_trains_on_to_the_next_one(tmp_path, m
   out = train_run(tiny_config(**config), str(resumed))
   assert out["step"] == 4 and out["plateau/reached"] == 1.0
   assert _timeless(resumed) == _timeless(straight)
+
+
+def test_describe_says_how_far_a_run_is_from_its_rule():
+  rule = plateau.Rule("valid/loss", min_steps=40, window=0.5, min_gain=0.2, smoothing=2)
+  assert rule.describe([{"step": 5, "train/loss": 4.0}]) == "no valid/loss yet"
+  assert "gained (not yet measured)" in rule.describe([{"step": 10, "valid/loss": 3.0}])
+  records = [{"step": 10, "valid/loss": 3.0}, {"step": 15, "train/loss": 2.0}, {"step": 20, "valid/loss": 2.0},
+             {"step": 30, "valid/loss": 1.5}, {"step": 40, "valid/loss": 1.3}]
+  # at step 40: mean of 1.5 and 1.3 against the mean of 3.0 and 2.0 at step 20 (half of 40), a gain of 1.1
+  assert rule.describe(records) == (
+      "valid/loss 1.30 at step 40, gained 1.10 over the last 50% of the steps (means of 2 evaluations) (the rule "
+      "stops it at a step >= 40 with a gain under 0.2)")

@@ -15,6 +15,7 @@ from experiments import launch
 from experiments import paper
 from experiments import runs as runs_lib
 from experiments import sweep as sweep_lib
+from experiments import status as status_lib
 from experiments import sweeps
 from rpr import data
 from rpr.attention import positions
@@ -205,40 +206,32 @@ def test_a_finished_run_is_skipped_without_a_word_about_resuming_it(tmp_path, ca
   assert not [r.message for r in caplog.records if "Resuming" in r.message]
 
 
-def test_print_says_how_far_a_run_in_progress_is_from_its_plateau_rule(tmp_path):
-  config = sweep_lib.load_config(sweeps.get("length_tiny").runs[0], str(tmp_path))
-  config.plateau_metric, config.plateau_min_steps, config.plateau_window = "valid/loss", 40, 0.5
-  config.plateau_min_gain, config.plateau_smoothing = 0.2, 2
-  records = lambda: runs_lib.records(str(tmp_path))
-  status = lambda: sweep_lib._plateau_status(records(), config)  # pylint: disable=protected-access
-  assert status() == ""  # no records
-  (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 5, "train/loss": 4.0}) + "\n")
-  assert status() == "; no valid/loss yet"
-  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
-      {"step": 10, "valid/loss": 3.0}, {"step": 15, "train/loss": 2.0}, {"step": 20, "valid/loss": 2.0},
-      {"step": 30, "valid/loss": 1.5}, {"step": 40, "valid/loss": 1.3}]))
-  # at step 40: mean of 1.5 and 1.3 against the mean of 3.0 and 2.0 at step 20 (half of 40), a gain of 1.1
-  assert status() == (
-      "; valid/loss 1.30 at step 40, gained 1.10 over the last 50% of the steps (means of 2 evaluations) (the rule "
-      "stops it at a step >= 40 with a gain under 0.2)")
+def test_print_says_how_far_a_run_in_progress_is_from_its_plateau_rule(tmp_path, capsys):
+  sweep = sweeps.get("translation_curves")  # plateau rule on validation/bleu (configs/translation.py's CURVE)
+  workdir = pathlib.Path(sweep.workdir(sweep.runs[0], str(tmp_path)))
+  workdir.mkdir(parents=True)
+  (workdir / "metrics.jsonl").write_text(json.dumps({"step": 500, "validation/bleu": 3.0}) + "\n")
+  sweep_lib.print_sweep(sweep, sweep.runs[:1], str(tmp_path))
+  assert ("# in progress: step 500 of 30,000 (no checkpoint: the command starts it at step 0 and sets these records "
+          "aside); validation/bleu 3.00 at step 500, gained (not yet measured)") in capsys.readouterr().out
 
 
 def test_finished_needs_the_last_step_and_its_evaluation(tmp_path):
   config = sweep_lib.load_config(sweeps.get("length_tiny").runs[0], str(tmp_path))
-  assert not sweep_lib.finished(str(tmp_path / "missing"), config)
+  assert not status_lib.finished(str(tmp_path / "missing"), config)
   _finish(tmp_path / "a", config.num_train_steps, evaluated=False)
-  assert not sweep_lib.finished(str(tmp_path / "a"), config)  # trained, but the final evaluation is missing
+  assert not status_lib.finished(str(tmp_path / "a"), config)  # trained, but the final evaluation is missing
   _finish(tmp_path / "b", config.num_train_steps)
-  assert sweep_lib.finished(str(tmp_path / "b"), config)
+  assert status_lib.finished(str(tmp_path / "b"), config)
   _finish(tmp_path / "c", config.num_train_steps, splits=("valid",))
-  assert not sweep_lib.finished(str(tmp_path / "c"), config)  # the long split was not evaluated
+  assert not status_lib.finished(str(tmp_path / "c"), config)  # the long split was not evaluated
   config.final_eval_splits = ("test",)  # evaluated at the last step only: it must be there too
-  assert not sweep_lib.finished(str(tmp_path / "b"), config)
+  assert not status_lib.finished(str(tmp_path / "b"), config)
   _finish(tmp_path / "d", config.num_train_steps, splits=("valid", "long", "test"))
-  assert sweep_lib.finished(str(tmp_path / "d"), config)
+  assert status_lib.finished(str(tmp_path / "d"), config)
   with config.unlocked():
     config.eval_splits = config.final_eval_splits = ()
-  assert sweep_lib.finished(str(tmp_path / "a"), config)  # nothing to evaluate: the last step's log is enough
+  assert status_lib.finished(str(tmp_path / "a"), config)  # nothing to evaluate: the last step's log is enough
 
 
 def test_select_and_unknown_names_fail_clearly():

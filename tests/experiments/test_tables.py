@@ -12,7 +12,7 @@ import pytest
 
 from experiments import protocol
 from experiments import stats
-from experiments import sweep as sweep_lib
+from experiments import status as status_lib
 from experiments import tables
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -138,7 +138,7 @@ def test_every_committed_run_is_finished(committed_workdirs):
   unfinished = []
   for workdir in committed_workdirs:
     config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text())["config"])
-    if not sweep_lib.finished(str(workdir), config):
+    if not status_lib.finished(str(workdir), config):
       unfinished.append(str(workdir.relative_to(ROOT)))
   assert not unfinished, unfinished
 
