@@ -136,9 +136,9 @@ CURVE = (("num_train_steps", 30_000), ("eval_every_steps", 500), ("decode_method
 # 8,000 against 16,000: on Shaw's seed 0, 16,000 steps gave 3.0 validation BLEU over 8,000's mean, 9x the pooled SD
 # at 8,000, so the rule will ask for it; if it does not, the 32,000-step runs are not read.
 PILOT_BUDGETS = (4_000, 8_000, 16_000, 32_000)
-# The protocol's budget B of the five-seed tables, set once translation_pilot's rule has fixed it; 0 until then,
-# and the sweep translation_paper is not declared.
-PAPER_STEPS = 0
+# The protocol's budget B of the five-seed tables, fixed by translation_pilot's rule on 2026-12-07: every pair of
+# budgets failed it (16,000 vs 32,000 last), so B is the largest, as the protocol said before the runs.
+PAPER_STEPS = 32_000
 # Its cells (experiments/results/protocol.md): (cell, variant, overrides, seeds), one workdir each under
 # paper/translation/, where experiments/protocol.py's Tables 1-3 read them.
 PAPER_CELLS = (

@@ -232,15 +232,17 @@ def _not_cached(run_dir: str) -> list[str]:
 
 def readme_block(tables: Sequence[Table], root: str = RESULTS, out: str = OUT) -> str:
   """The headline tables, as the README's results open with them (between :data:`MARKERS`): each five-seed table
-  once it has a finished run, its history twin (``history_<name>``) until then, the pilots and their budget rule.
+  once two of its rows have finished runs (one row compares nothing), its history twin (``history_<name>``) until
+  then, the pilots and their budget rule.
   The paired bootstraps come from ``<out>/bootstrap.json`` (:func:`write` computes them)."""
   cache = _cache(out)
   by_name, shown = {t.name: t for t in tables}, []
   for t in tables:
     if t.headline:
       records, twin = frame(t, root), by_name.get(f"history_{t.name}")
-      if records or twin is not None:  # a table with neither runs nor history waits for its first run
-        shown.append((t, records) if records else (twin, frame(twin, root)))
+      compares = len({r["cell"] for r in records}) > 1
+      if compares or twin is not None:  # a table with neither a comparison nor history waits for its runs
+        shown.append((t, records) if compares else (twin, frame(twin, root)))
   block = "\n\n".join([*(markdown(t, records, boot=bootstrap(t, root, cache, _not_cached)) for t, records in shown),
                        budget_section(root)])  # under the pilots: the budget their runs fixed, or not yet
   said = answers(shown)
