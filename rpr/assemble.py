@@ -24,21 +24,19 @@ from typing import Any, Callable, Optional
 
 import jax
 from absl import logging
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh
 
 from rpr import checkpoint
 from rpr import data
 from rpr import evaluation
-from rpr import optim
 from rpr import plateau
-from rpr import predict as predict_lib
 from rpr import record
 from rpr import records
 from rpr import sharding
+from rpr import steps
 from rpr.config import Budget, ConfigError, RunConfig
-from rpr.model import build
 from rpr.model_config import ModelConfig
-from rpr.steps import TrainState, eval_step, init_state, train_step
+from rpr.steps import TrainState
 
 
 @dataclasses.dataclass
@@ -68,7 +66,7 @@ def prepare(config: RunConfig, workdir: str, mesh: Mesh, allow_config_change=(),
   as_recorded = record.check_resume(config, workdir, allow_config_change, trust_checkpoints=trust_checkpoints)
   rule = config.budget.plateau_rule()
   task = data.get_task_once(config.data, workdir, mesh.size)
-  # The run's model and its evaluation variant (no dropout), both derived from the typed config, then built.
+  # The run's model and its evaluation variant (no dropout), both derived from the typed config.
   model_config = config.model.replace(vocab_size=task.vocab.size)
   eval_config = model_config.replace(deterministic=True)
   if (model_config.num_encoder_layers == 0) != getattr(task, "is_lm", False):
@@ -77,42 +75,26 @@ def prepare(config: RunConfig, workdir: str, mesh: Mesh, allow_config_change=(),
         f"{config.data.dataset!r}: a decoder-only model (0 encoder layers) needs a language-model data set and "
         "an encoder-decoder model (>= 1) a data set with inputs")
   os.makedirs(workdir, exist_ok=True)
-  model, eval_model = build(model_config), build(eval_config)
-  tx, schedule = optim.make_optimizer(config.optim, model_config.d_model, config.budget.num_train_steps)
-  replicated, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
   first = task.train_batch(0, slice(0, 1))  # its lengths
-  init_fn = functools.partial(init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
-                              target_length=first["targets"].shape[1])
+  decoding = (config.eval.decode_method, config.eval.final_decode_method or config.eval.decode_method,
+              config.eval.beam_size, config.eval.beam_alpha)
+  made = steps.programs(model_config, eval_config, config.optim, config.budget.num_train_steps,
+                        (first["inputs"].shape[1], first["targets"].shape[1]), decoding, mesh)
   rng = jax.random.PRNGKey(config.data.seed)
+  abstract = jax.eval_shape(made.init, rng)  # the state's shapes, dtypes and shardings, which a restore fills
   ckpt = checkpoint.Checkpoints(os.path.join(workdir, "checkpoints"), every=config.budget.checkpoint_every_steps,
                                 keep=config.budget.keep_checkpoints, allow_unverified=restore_unverified)
-  abstract = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated),
-                                    jax.eval_shape(init_fn, rng))
   if ckpt.latest_step() is not None:
     state = ckpt.restore(abstract)  # the newest that restores; CheckpointError if none does
     logging.info("Resumed from the checkpoint of step %d in %s.", int(state.step), workdir)
   else:
-    state = jax.jit(init_fn, out_shardings=replicated)(rng)
+    state = made.init(rng)
     n = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     logging.info("Initialised %s parameters on %d device(s).", f"{n:,}", mesh.size)
   recorded = record.write(workdir, {"config": as_recorded, "model_config": model_config.to_dict()})
-  smoothing = config.optim.label_smoothing
-  step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx, schedule=schedule, label_smoothing=smoothing),
-                    in_shardings=(replicated, batch_sharding), out_shardings=(replicated, replicated),
-                    donate_argnums=0)
-  eval_fn = jax.jit(functools.partial(eval_step, model=eval_model, label_smoothing=smoothing),
-                    in_shardings=(replicated, batch_sharding), out_shardings=replicated)
-  # Decoders: one compiled search per decode length (a multiple of 16: rpr.evaluation), output replicated.
-  decoder = lambda method: jax.jit(
-      functools.partial(predict_lib.predict, model_config=model_config, method=method,
-                        beam_size=config.eval.beam_size, alpha=config.eval.beam_alpha),
-      static_argnums=2, in_shardings=(replicated, batch_sharding), out_shardings=replicated)
-  method, final_method = config.eval.decode_method, config.eval.final_decode_method or config.eval.decode_method
-  predict_fn = decoder(method)
-  final_predict_fn = predict_fn if final_method == method else decoder(final_method)
-  evaluator = evaluation.Evaluation(config.eval, workdir, task, mesh, eval_fn, predict_fn, final_predict_fn,
+  evaluator = evaluation.Evaluation(config.eval, workdir, task, mesh, made.eval, made.predict, made.final_predict,
                                     model_config.max_length, ckpt, abstract)
   kept = records.continued(os.path.join(workdir, "metrics.jsonl"), int(state.step))
   batch = functools.partial(sharding.host_batch, task, mesh=mesh)
-  return Run(workdir, config.budget, rule, recorded, task, model_config, state, ckpt, step_fn, batch, evaluator,
+  return Run(workdir, config.budget, rule, recorded, task, model_config, state, ckpt, made.step, batch, evaluator,
              kept)

@@ -1,21 +1,29 @@
-"""The training state and the pure step functions that ``rpr.train`` jits with shardings.
+"""The training state, the pure step functions, and their jitted programs.
 
 ``train_step`` is one Adam update with dropout keyed by the step;
 ``eval_step`` returns the sums a split's loss, likelihood and accuracy are
-made of, so that batches and devices add up exactly.
+made of, so that batches and devices add up exactly. :func:`programs` jits
+them with shardings, beside :mod:`rpr.predict`'s decoders, once per
+configuration in a process.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any, Callable
 
 import flax
 import jax
 import jax.numpy as jnp
 import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from rpr import metrics
+from rpr import optim
+from rpr import predict as predict_lib
 from rpr.model import build
+from rpr.model_config import ModelConfig
 
 Array = jax.Array
 
@@ -71,3 +79,42 @@ def eval_step(params, batch: dict[str, Array], *, model, label_smoothing: float)
   nll_sum, _ = metrics.cross_entropy(logits, batch["targets"], label_smoothing=0.0)
   correct, _ = metrics.token_accuracy(logits, batch["targets"])
   return {"loss_sum": loss_sum, "nll_sum": nll_sum, "weight_sum": weight_sum, "correct_sum": correct}
+
+
+@dataclasses.dataclass(frozen=True)
+class Programs:
+  """A run's jitted programs: the initial state, a training step, an evaluation step and the decoders."""
+  init: Callable  # rng -> the initial TrainState, replicated (jax.eval_shape of it: what a restore fills)
+  step: Callable  # (state, batch) -> (state, step metrics)
+  eval: Callable  # (params, batch) -> sums (rpr.steps.eval_step)
+  predict: Callable  # (params, inputs, decode length) -> tokens, for Eval.eval_splits
+  final_predict: Callable  # the same for Eval.final_eval_splits
+
+
+@functools.lru_cache(maxsize=4)
+def programs(model_config: ModelConfig, eval_config: ModelConfig, optim_config, num_train_steps: int,
+             lengths: tuple[int, int], decoding: tuple, mesh: Mesh) -> Programs:
+  """The jitted programs of a model and its evaluation variant (no dropout), an optimizer and its schedule, the
+  first batch's ``(input, target)`` lengths, ``decoding`` (``(decode_method, final_decode_method, beam_size,
+  beam_alpha)``) and a mesh. These are everything the programs depend on, all hashable, so that a second run of
+  the same configuration in one process (a test, a notebook, seeds in a loop) reuses them, traced and compiled,
+  instead of tracing and compiling them again. The seed is not among them: it is the init program's argument."""
+  model, eval_model = build(model_config), build(eval_config)
+  tx, schedule = optim.make_optimizer(optim_config, model_config.d_model, num_train_steps)
+  replicated, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+  init_fn = functools.partial(init_state, model=model, tx=tx, input_length=lengths[0], target_length=lengths[1])
+  smoothing = optim_config.label_smoothing
+  step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx, schedule=schedule, label_smoothing=smoothing),
+                    in_shardings=(replicated, batch_sharding), out_shardings=(replicated, replicated),
+                    donate_argnums=0)
+  eval_fn = jax.jit(functools.partial(eval_step, model=eval_model, label_smoothing=smoothing),
+                    in_shardings=(replicated, batch_sharding), out_shardings=replicated)
+  # Decoders: one compiled search per decode length (a multiple of 16: rpr.evaluation), output replicated.
+  method, final_method, beam_size, alpha = decoding
+  decoder = lambda method: jax.jit(
+      functools.partial(predict_lib.predict, model_config=model_config, method=method, beam_size=beam_size,
+                        alpha=alpha),
+      static_argnums=2, in_shardings=(replicated, batch_sharding), out_shardings=replicated)
+  predict_fn = decoder(method)
+  return Programs(jax.jit(init_fn, out_shardings=replicated), step_fn, eval_fn, predict_fn,
+                  predict_fn if final_method == method else decoder(final_method))

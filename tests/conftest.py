@@ -2,10 +2,12 @@
 
 The tests compile hundreds of small programs and run each once or twice, so
 XLA's optimisation passes cost more than they save: they are switched off
-(``JAX_DISABLE_MOST_OPTIMIZATIONS=1``), and XLA:CPU compiles fusions with its
-older emitters (``--xla_cpu_use_fusion_emitters=false``), here and in every
-subprocess a test starts. Each setting cut the compile time of a chunked-kernel
-test by two thirds or more, with the same results. ``RPR_TEST_OPTIMIZED=1``
+(``JAX_DISABLE_MOST_OPTIMIZATIONS=1``), XLA:CPU compiles fusions with its
+older emitters (``--xla_cpu_use_fusion_emitters=false``) and each program as one
+LLVM module (``--xla_cpu_parallel_codegen_split_count=1``: split into parts
+compiled in parallel, programs this small cost a quarter to a half more to
+compile), here and in every subprocess a test starts. Each setting cut the
+compile time of the attention tests, with the same results. ``RPR_TEST_OPTIMIZED=1``
 runs the suite on optimised programs, as experiments run.
 """
 
@@ -19,7 +21,8 @@ import traceback
 
 if os.environ.get("RPR_TEST_OPTIMIZED") != "1":  # before JAX reads its configuration
   os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
-  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_use_fusion_emitters=false".strip()
+  os.environ["XLA_FLAGS"] = (f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_use_fusion_emitters=false "
+                             "--xla_cpu_parallel_codegen_split_count=1").strip()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

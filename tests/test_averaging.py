@@ -14,8 +14,10 @@ from rpr.records import read_jsonl
 from tests.test_train import load_state, tiny_config
 from tests.test_train import ConfigError, validate, train_run
 
+# No TensorBoard events: no test here reads them, and writing them imports TensorFlow (seconds of CPU).
 AVERAGED = dict(num_train_steps=8, eval_splits=("valid",), eval_every_steps=8, log_every_steps=2,
-                checkpoint_every_steps=2, keep_checkpoints=3, average_last=3, model={"dropout_rate": 0.1})
+                checkpoint_every_steps=2, keep_checkpoints=3, average_last=3, tensorboard=False,
+                model={"dropout_rate": 0.1})
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def test_the_final_evaluation_scores_the_state_and_the_mean_of_the_last_checkpoi
     np.testing.assert_allclose(np.asarray(value), mean, rtol=1e-6, atol=1e-7, err_msg=key)
   assert np.abs(np.asarray(flat[key]) - steps[-1]["['params']" + key]).max() > 0  # not the last state
   # average_params itself: the arithmetic mean of the steps it is given.
-  _check_average_params(path)
+  _check_average_params(path, steps[0], steps[-1])
   # A run resumed after the averaged evaluation trains on from the unaveraged state: a straight run's.
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
   train_run(tiny_config(**dict(AVERAGED, num_train_steps=12)), str(straight))
@@ -72,7 +74,8 @@ def test_average_last_needs_the_checkpoints_kept():
     validate(tiny_config(**dict(AVERAGED, average_last=4)), num_devices=1)
 
 
-def _check_average_params(path):
+def _check_average_params(path, a, b):
+  """average_params of the steps 4 and 8 of ``path`` is the mean of ``a`` and ``b``, their saved states."""
   import jax
 
   ckpt = checkpoint.Checkpoints(str(path / "checkpoints"), every=2, keep=3)
@@ -82,6 +85,5 @@ def _check_average_params(path):
     mean = ckpt.average_params(train.TrainState(**abstract), [4, 8])
   finally:
     ckpt.close()
-  a, b = load_state(path, 4), load_state(path, 8)
   for key, value in _flat(mean).items():
     np.testing.assert_allclose(np.asarray(value), (a["['params']" + key] + b["['params']" + key]) / 2, rtol=1e-6)

@@ -1,5 +1,6 @@
 """Resuming a workdir: checksummed checkpoints, fallback past damaged ones (never deleted), same config or a refusal."""
 
+import functools
 import json
 import logging
 import os
@@ -16,22 +17,27 @@ import pytest
 
 from rpr import checkpoint
 from rpr import checksums
+from rpr import data
 from rpr import provenance
-from tests.test_train import ROOT, _env, load_state, tiny_config
+from tests.test_train import ROOT, _SigtermAt, _env, load_state, run_py_here_anew, tiny_config
 from rpr import record as record_lib
 from tests.test_train import ConfigError, validate, train_run
 
-# Checkpoints every 2 steps, the last 2 kept; no evaluation, so each run compiles only the train step.
-RUN = dict(eval_splits=(), log_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=2,
+# Checkpoints every 2 steps, the last 2 kept; no evaluation, so each run compiles only the train step; no TensorBoard
+# events, which no test here reads and whose writer imports TensorFlow (seconds of CPU).
+RUN = dict(eval_splits=(), log_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=2, tensorboard=False,
            model={"dropout_rate": 0.1})
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-  """A straight run of 8 steps, and a run stopped after 6 (checkpoints 4 and 6) to copy and damage."""
+  """A straight run of 8 steps, and the same run stopped by SIGTERM after step 6 (checkpoints 4 and 6) to copy and
+  damage: one config, whose programs the second run and the resumed ones find compiled."""
   root = tmp_path_factory.mktemp("runs")
   train_run(tiny_config(**RUN, num_train_steps=8), str(root / "straight"))
-  train_run(tiny_config(**RUN, num_train_steps=6), str(root / "six"))
+  with pytest.MonkeyPatch.context() as m:  # fetching the batch of step 5 sends SIGTERM: step 6 is saved, then it stops
+    m.setitem(data.REGISTRY, "copy", data.Entry(lambda c: _SigtermAt(c, step=5)))
+    assert train_run(tiny_config(**RUN, num_train_steps=8), str(root / "six"))["step"] == 6
   return root
 
 
@@ -105,8 +111,14 @@ DAMAGE = [truncate, flip_byte, delete_metadata, missing_files, unfinished_save, 
           empty_checksums, partial_checksums, non_finite]
 
 
+@functools.cache
+def saved_state(workdir: pathlib.Path, step: int) -> dict:
+  """load_state of a run of the runs fixture, which the tests copy but never change: read once, then shared."""
+  return load_state(workdir, step)
+
+
 def assert_same_state(a, b):
-  a, b = load_state(a, 8), load_state(b, 8)
+  a, b = saved_state(a, 8), load_state(b, 8)  # a: the straight run
   assert a.keys() == b.keys()
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)  # bitwise: same batches, same dropout keys
@@ -154,7 +166,7 @@ def test_a_damaged_newest_checkpoint_is_passed_over_for_the_previous_one_and_kep
   finally:
     ckpt.close()
   assert int(state["step"] if isinstance(state, dict) else state.step) == 4
-  want = load_state(runs / "six", 4)
+  want = saved_state(runs / "six", 4)
   got = {jax.tree_util.keystr(k): np.asarray(v) for k, v in jax.tree_util.tree_leaves_with_path(state)}
   assert got.keys() == want.keys()
   for k in want:
@@ -355,7 +367,8 @@ def test_run_py_reports_either_in_one_line_with_exit_status_2(runs, tmp_path, co
   # process (conftest.py's run_py_here), the same flag parser and main.
   workdir = copy_of_six(runs, tmp_path)
   args = ["--config.num_train_steps=8", "--config.eval_splits=()", "--config.model.dropout_rate=0.1",
-          "--config.checkpoint_every_steps=2", "--config.keep_checkpoints=2", "--config.log_every_steps=2"]
+          "--config.checkpoint_every_steps=2", "--config.keep_checkpoints=2", "--config.log_every_steps=2",
+          "--config.tensorboard=False"]
   if case == "no_checkpoint_restores":
     for step in ("4", "6"):
       truncate(workdir / "checkpoints" / step)
@@ -365,7 +378,7 @@ def test_run_py_reports_either_in_one_line_with_exit_status_2(runs, tmp_path, co
     message = r"the config differs from .*config.json.*: seed 0 -> 1; .*--allow_config_change=seed"
   argv = ["--config=configs/tiny.py", f"--workdir={workdir}", *args]
   if case == "changed_config":
-    proc = run_py_here(argv)
+    proc = run_py_here_anew(run_py_here, argv)
   else:
     proc = subprocess.run([sys.executable, "run.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env=_env(compilation_cache))

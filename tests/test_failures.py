@@ -17,6 +17,7 @@ import pytest
 from absl import flags
 
 from rpr import checkpoint
+from rpr import data
 from rpr import failures
 from rpr import record
 from rpr import records
@@ -24,7 +25,7 @@ from rpr import train
 from rpr import workdir
 from rpr import writers
 from rpr.records import read_jsonl
-from tests.test_train import ROOT, _env, tiny_config
+from tests.test_train import ROOT, _SigtermAt, _env, run_py_here_anew, tiny_config
 from tests.test_workdir import one_error_line
 from tests.test_train import ConfigError, validate, train_run
 
@@ -262,8 +263,10 @@ def test_damaged_records_are_skipped_if_cut_short_at_the_end_else_one_line(tmp_p
   assert warning.startswith(f"{path}, line 3: cut short")
 
 
-def test_a_run_resumes_after_a_cut_last_line_and_a_damaged_one_stops_it(tmp_path):
-  train_run(tiny_config(**dict(FAST, num_train_steps=4)), str(tmp_path))
+def test_a_run_resumes_after_a_cut_last_line_and_a_damaged_one_stops_it(tmp_path, monkeypatch):
+  with monkeypatch.context() as m:  # stopped by SIGTERM after step 4: FAST throughout, its programs compiled once
+    m.setitem(data.REGISTRY, "copy", data.Entry(lambda c: _SigtermAt(c, step=3)))
+    assert train_run(tiny_config(**FAST), str(tmp_path))["step"] == 4
   with open(tmp_path / "metrics.jsonl", "ab") as f:
     f.write(b'{"step": 6, "train/lo')
   out = train_run(tiny_config(**FAST), str(tmp_path))
@@ -339,7 +342,8 @@ LIMITED = ["--config=configs/tiny.py", "--config.num_train_steps=8", "--config.c
            "--config.log_every_steps=2", "--config.eval_splits=()", "--config.tensorboard=False"]
 
 
-def test_a_file_size_limit_from_the_start_is_one_line_and_the_next_run_starts_over(tmp_path, compilation_cache):
+def test_a_file_size_limit_from_the_start_is_one_line_and_the_next_run_starts_over(tmp_path, compilation_cache, caplog,
+                                                                                   run_py_here):
   env = dict(_env(compilation_cache), JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=str(1 << 40))  # no cache writes
   cmd = [sys.executable, "run.py", *LIMITED, f"--workdir={tmp_path}"]
   limited = ["bash", "-c", 'ulimit -f 20 && exec "$@"', "bash", *cmd]  # 20 KiB, below any save: each fails
@@ -351,8 +355,11 @@ def test_a_file_size_limit_from_the_start_is_one_line_and_the_next_run_starts_ov
   assert not noise, noise
   assert (tmp_path / workdir.LOCK).read_text() == ""  # released: the next run has no stale lock to warn of
   assert not (tmp_path / "metrics.jsonl").exists() and list(tmp_path.glob("metrics.orphaned-*.jsonl"))
-  again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env(compilation_cache))
+  # The same command again, with space: run.py in this process (conftest.py's run_py_here, its flag parser and main;
+  # the limited run above is the one whose process matters), its warnings read from the log.
+  with caplog.at_level(logging.WARNING):
+    again = run_py_here_anew(run_py_here, [*LIMITED, f"--workdir={tmp_path}"])
   assert again.returncode == 0, again.stderr[-3000:]
-  assert "Took over the lock" not in again.stderr and (tmp_path / workdir.LOCK).read_text() == ""
+  assert not warnings_of(caplog, "Took over the lock") and (tmp_path / workdir.LOCK).read_text() == ""
   assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [2, 4, 6, 8]
   assert workdir.checkpoint_steps(str(tmp_path)) == [8, 4]

@@ -1,5 +1,6 @@
 """The decoder-only language model: cached decoding equals the full pass for every scheme, no cross-attention."""
 
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +9,8 @@ import pytest
 from rpr import model, predict
 from rpr.attention import positions
 from tests.test_train import ConfigError, validate, train_run
+
+# Programs compiled as one LLVM module (see tests/attention/test_chunked.py).
 
 # 10 tokens reach the clipped ranges
 POS = {"shaw": {"max_distance": 2}, "t5": {"num_buckets": 4, "horizon": 8}}
@@ -54,9 +57,9 @@ def test_cached_decoding_equals_full_pass(scheme):
   # Two layers for t5, whose one bias table serves every layer of the stack.
   config = tiny(position=scheme, num_decoder_layers=2 if scheme == "t5" else 1)
   params = perturbed_params(config)
-  full = jax.jit(model.build(config).apply)({"params": params}, NO_INPUTS, TEXT)
-  chunked = jax.jit(model.build(config.replace(attention_implementation="chunked")).apply)(
-      {"params": params}, NO_INPUTS, TEXT)
+  dense, chunked = model.build(config), model.build(config.replace(attention_implementation="chunked"))
+  full, chunked = jax.jit(lambda p: (dense.apply(p, NO_INPUTS, TEXT), chunked.apply(p, NO_INPUTS, TEXT)))(
+      {"params": params})  # one compilation for both passes
   step = cached_logits(config, params, TEXT)
   assert full.shape == (2, 10, config.vocab_size)
   valid = (TEXT != 0)[..., None]  # after the PAD tail the two passes see different (masked) inputs
@@ -77,8 +80,9 @@ def test_the_model_is_causal():
 def test_greedy_generation_continues_the_full_pass_argmax():
   config = tiny(position="rope")
   params = perturbed_params(config)
-  out = predict.predict(params, NO_INPUTS, model_config=config, max_decode_len=6)
-  f = model.build(config).apply
+  # Jitted, not op by op: one compilation for the decoding, one per prefix length for the full pass.
+  out = jax.jit(lambda p: predict.predict(p, NO_INPUTS, model_config=config, max_decode_len=6))(params)
+  f = jax.jit(model.build(config).apply)
   for row in np.asarray(out):
     prefix = []
     for token in row:

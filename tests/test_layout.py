@@ -14,7 +14,8 @@ LEVELS = {
     "rpr.blocks": 1, "rpr.decode": 1, "rpr.metrics": 1, "rpr.data": 1, "rpr.optim": 1, "rpr.checkpoint": 1,
     "rpr.records": 1, "rpr.sharding": 1, "rpr.plateau": 1, "rpr.model_config": 1,
     "rpr.model": 2, "rpr.workdir": 2, "rpr.writers": 2,
-    "rpr.predict": 3, "rpr.config": 3, "rpr.evaluation": 3, "rpr.steps": 3,
+    "rpr.predict": 3, "rpr.config": 3, "rpr.evaluation": 3,
+    "rpr.steps": 4,  # jits the step functions beside rpr.predict's decoders
     "rpr.record": 4,  # config.json: reads rpr.config's tree
     "rpr.memory": 4,  # estimates the memory of rpr.config's tree
     "rpr.assemble": 5,  # builds a run from the tree's sections

@@ -1,6 +1,7 @@
 """Transformer (rpr.model, built from rpr.blocks): cached decoding equals the full pass, masks, parameter counts
 (the config's own checks: tests/test_model_config.py)."""
 
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +10,8 @@ import pytest
 from rpr import decode, model, predict
 from rpr.attention import positions
 from rpr.tokens import EOS, PAD
+
+# Programs compiled as one LLVM module (see tests/attention/test_chunked.py).
 
 # Small distances so that 6-token sequences reach the clipped and bucketed ranges.
 POS = {"shaw": {"max_distance": 2}, "t5": {"num_buckets": 4, "horizon": 8}}
@@ -51,14 +54,22 @@ def perturbed_params(config, seed=0):
   return jax.tree_util.tree_map_with_path(draw, shapes)
 
 
+@pytest.fixture(scope="module")
+def default():
+  """``tiny()`` (Shaw's scheme), its perturbed parameters and its jitted forward pass, made once for the tests of the
+  default model (a compilation per input shape, shared by them)."""
+  config = tiny()
+  return config, perturbed_params(config), forward(config)
+
+
 def cached_logits(config, params, inputs, targets):
   """Runs the decoder one token at a time from an init-sized cache; ``[b, L_out, vocab]``."""
   m = model.build(config.replace(decode=True))  # the language model too: its encode gives None
-  encoded = m.apply({"params": params}, inputs, method="encode")
   cache = model.init_cache(config, inputs.shape[0], targets.shape[1])
 
   @jax.jit
   def step(cache, ids):
+    encoded = m.apply({"params": params}, inputs, method="encode")  # in each step: one compilation, not two
     logits, v = m.apply({"params": params, "cache": cache}, encoded, inputs, ids, method="decode", mutable=["cache"])
     return v["cache"], logits
 
@@ -92,14 +103,16 @@ def test_cached_decoding_equals_full_pass(scheme):
   np.testing.assert_allclose(step, full, atol=2e-5, rtol=2e-5)
 
 
-def test_shaw_with_sinusoids_decodes_as_its_full_pass_and_differs_from_shaw_alone():
-  config = tiny(position="shaw").replace(position_options={**POS["shaw"], "add_sinusoidal": True})
+def test_shaw_with_sinusoids_decodes_as_its_full_pass_and_differs_from_shaw_alone(default):
+  shaw, _, shaw_forward = default
+  assert shaw.position == "shaw"
+  config = shaw.replace(position_options={**POS["shaw"], "add_sinusoidal": True})
   params = perturbed_params(config)
   # No parameter of its own: Shaw alone runs on the same parameters.
-  assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(init_shapes(tiny(position="shaw")))
+  assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(init_shapes(shaw))
   full = forward(config)({"params": params}, INPUTS, TARGETS)
   np.testing.assert_allclose(cached_logits(config, params, INPUTS, TARGETS), full, atol=2e-5, rtol=2e-5)
-  alone = forward(tiny(position="shaw"))({"params": params}, INPUTS, TARGETS)
+  alone = shaw_forward({"params": params}, INPUTS, TARGETS)
   assert float(jnp.max(jnp.abs(full - alone))) > 1e-2
 
 
@@ -112,13 +125,13 @@ def test_cached_decoding_pre_layer_norm_separate_embeddings():
   np.testing.assert_allclose(cached_logits(config, params, INPUTS, TARGETS), full, atol=2e-5, rtol=2e-5)
 
 
-def test_post_layer_norm_trains_with_dropout():
-  config = tiny().replace(deterministic=False)
-  params = perturbed_params(config)
+def test_post_layer_norm_trains_with_dropout(default):
+  shaw, params, apply = default  # the same shapes without dropout: the same parameters
+  config = shaw.replace(deterministic=False)
   assert "final_norm" not in params["encoder"] and "final_norm" not in params["decoder"]
   train = jax.jit(lambda p, rng: model.Transformer(config).apply({"params": p}, INPUTS, TARGETS, rngs={"dropout": rng}))
   a, b = train(params, jax.random.PRNGKey(1)), train(params, jax.random.PRNGKey(2))
-  c = forward(config.replace(deterministic=True))({"params": params}, INPUTS, TARGETS)
+  c = apply({"params": params}, INPUTS, TARGETS)
   assert np.all(np.isfinite(a)) and not np.allclose(a, b) and not np.allclose(a, c)
 
 
@@ -132,20 +145,16 @@ def test_chunked_attention_implementation_equals_dense(scheme):
   params = perturbed_params(config)
   targets = TARGETS.at[1, 3:].set(PAD)
 
-  def loss(cfg):
+  def loss(cfg):  # and the number of values the pass sows: the dense path sows attention weights, chunked forms none
     def f(p):
-      logits = model.Transformer(cfg).apply({"params": p}, INPUTS, targets)
-      return jnp.sum(jax.nn.log_softmax(logits) * (targets != PAD)[..., None]), logits
-    return jax.jit(jax.value_and_grad(f, has_aux=True))(params)
+      logits, state = model.Transformer(cfg).apply({"params": p}, INPUTS, targets, mutable=["intermediates"])
+      return jnp.sum(jax.nn.log_softmax(logits) * (targets != PAD)[..., None]), (logits, state)
+    (value, (logits, state)), grads = jax.jit(jax.value_and_grad(f, has_aux=True))(params)
+    return (value, logits), grads, len(jax.tree_util.tree_leaves(state))
 
-  def sown(cfg):  # the dense path sows attention weights; the chunked path forms none to sow
-    _, state = jax.jit(lambda p: model.Transformer(cfg).apply({"params": p}, INPUTS, targets,
-                                                               mutable=["intermediates"]))(params)
-    return len(jax.tree_util.tree_leaves(state))
-
-  assert sown(config) > 0 and sown(chunked) == 0  # the switch reaches every attention layer
-  (dense_loss, dense_logits), dense_grads = loss(config)
-  (chunked_loss, chunked_logits), chunked_grads = loss(chunked)
+  (dense_loss, dense_logits), dense_grads, dense_sown = loss(config)
+  (chunked_loss, chunked_logits), chunked_grads, chunked_sown = loss(chunked)
+  assert dense_sown > 0 and chunked_sown == 0  # the switch reaches every attention layer
   real = np.asarray(targets != PAD)
   np.testing.assert_allclose(np.asarray(chunked_logits)[real], np.asarray(dense_logits)[real], atol=2e-5, rtol=2e-5)
   np.testing.assert_allclose(chunked_loss, dense_loss, rtol=1e-5)
@@ -167,10 +176,8 @@ def test_padding_does_not_leak(scheme):
   np.testing.assert_allclose(long[1, :3], short[1, :3], atol=1e-5)
 
 
-def test_decoder_is_causal():
-  config = tiny()
-  params = perturbed_params(config)
-  apply = forward(config)
+def test_decoder_is_causal(default):
+  _, params, apply = default
   a = apply({"params": params}, INPUTS, TARGETS)
   b = apply({"params": params}, INPUTS, TARGETS.at[:, 3].set(7))
   # Target 3 enters the decoder at position 4 (shifted right): positions <= 3 cannot see it.
@@ -229,9 +236,8 @@ def test_position_parameters_live_where_the_paper_puts_them():
   assert learned["decoder"]["position"]["embedding"].shape == (16, 32)  # ModelConfig.max_length rows
 
 
-def test_attention_weights_are_sown():
-  config = tiny()
-  params = perturbed_params(config)
+def test_attention_weights_are_sown(default):
+  config, params, _ = default
   apply = jax.jit(lambda p: model.Transformer(config).apply({"params": p}, INPUTS, TARGETS, mutable=["intermediates"]))
   _, state = apply(params)
   w = state["intermediates"]["encoder"]["layer_0"]["self_attention"]["attention_weights"][0]
@@ -242,13 +248,11 @@ def test_attention_weights_are_sown():
   assert cross.shape == (2, 2, 6, 7)
 
 
-def test_greedy_generation_matches_full_pass_argmax():
+def test_greedy_generation_matches_full_pass_argmax(default):
   # Greedy through the cache equals re-running the whole decoder on each prefix.
-  config = tiny()
-  params = perturbed_params(config)
+  config, params, apply = default
   n = 5
   seqs = jax.jit(lambda p, x: predict.predict(p, x, model_config=config, max_decode_len=n))(params, INPUTS)
-  apply = forward(config)
   prefix = jnp.zeros((2, n), jnp.int32)
   done = np.zeros(2, bool)
   for t in range(n):
@@ -259,14 +263,13 @@ def test_greedy_generation_matches_full_pass_argmax():
   np.testing.assert_array_equal(seqs, prefix)
 
 
-def test_beam_search_scores_match_the_full_pass():
+def test_beam_search_scores_match_the_full_pass(default):
   # Every beam's score equals log P / lp recomputed by the teacher-forced model.
-  config = tiny()
-  params = perturbed_params(config)
+  config, params, apply = default
   m = model.Transformer(config.replace(decode=True))
   k, n, alpha = 3, 5, 0.6
-  encoded, inputs = decode.tile_beams(m.apply({"params": params}, INPUTS, method="encode"), k), \
-      decode.tile_beams(INPUTS, k)
+  encoded = jax.jit(lambda p: m.apply({"params": p}, INPUTS, method="encode"))(params)  # not op by op
+  encoded, inputs = decode.tile_beams(encoded, k), decode.tile_beams(INPUTS, k)
 
   def tokens_to_logits(ids, cache):
     logits, v = m.apply({"params": params, "cache": cache}, encoded, inputs, ids, method="decode", mutable=["cache"])
@@ -274,7 +277,7 @@ def test_beam_search_scores_match_the_full_pass():
 
   search = jax.jit(lambda c: decode.beam_search(tokens_to_logits, c, 2, n, beam_size=k, alpha=alpha, return_all=True))
   seqs, scores = search(model.init_cache(config, 2, n))
-  logp = jax.nn.log_softmax(forward(config)({"params": params}, inputs, seqs.reshape(2 * k, n)))
+  logp = jax.nn.log_softmax(apply({"params": params}, inputs, seqs.reshape(2 * k, n)))
   for row in range(2 * k):
     toks = np.asarray(seqs.reshape(2 * k, n)[row])
     length = int(np.argmax(toks == EOS)) + 1 if EOS in toks else n

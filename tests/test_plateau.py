@@ -10,6 +10,7 @@ from experiments import status as status_lib
 from rpr import data
 from rpr import plateau
 from rpr import predict as predict_lib
+from rpr import steps
 from rpr import train
 from rpr.records import read_jsonl
 from tests.test_train import _SigtermAt, load_state, tiny_config
@@ -72,10 +73,11 @@ def _timeless(workdir):
 
 
 # The valid loss of the tiny run falls by far less than 100 per window: the rule holds at the first
-# evaluation step >= plateau_min_steps where the gain is defined (step 8).
+# evaluation step >= plateau_min_steps where the gain is defined (step 8). No TensorBoard events: no test here reads
+# them, and writing them imports TensorFlow (seconds of CPU).
 PLATEAU = dict(num_train_steps=40, eval_splits=("valid",), final_eval_splits=("long",), eval_every_steps=2,
                log_every_steps=2, checkpoint_every_steps=100, plateau_metric="valid/loss", plateau_min_steps=8,
-               plateau_window=0.5, plateau_min_gain=100.0, final_decode_method="beam", beam_size=2,
+               plateau_window=0.5, plateau_min_gain=100.0, final_decode_method="beam", beam_size=2, tensorboard=False,
                model={"dropout_rate": 0.1})
 
 
@@ -83,6 +85,7 @@ def test_the_plateau_stops_the_run_saves_it_and_scores_the_final_splits_once(tmp
   methods = []
   predict = predict_lib.predict  # traced once per decode method and length
   monkeypatch.setattr(predict_lib, "predict", lambda *a, **k: methods.append(k["method"]) or predict(*a, **k))
+  steps.programs.cache_clear()  # the spy sees the decoders only as they are traced: built anew, not reused
   config = tiny_config(**PLATEAU)
   out = train_run(config, str(tmp_path))
   assert set(methods[:-1]) == {"greedy"} and methods[-1] == "beam"  # eval_splits greedy, the final splits by beam
@@ -110,15 +113,17 @@ def test_the_plateau_stops_the_run_saves_it_and_scores_the_final_splits_once(tmp
 
 
 def test_a_restart_evaluates_the_step_its_predecessor_saved_but_did_not_evaluate(tmp_path, monkeypatch):
-  # SIGTERM during step 3 saves step 4 and stops before step 4's evaluation; the restart writes it.
-  config = dict(PLATEAU, num_train_steps=8, eval_every_steps=4, plateau_metric=None, final_eval_splits=())
+  # SIGTERM during step 3 saves step 4 and stops before step 4's evaluation; the restart writes it. The rule of
+  # PLATEAU ends both runs at step 8 (not before: plateau_min_steps), so that they run PLATEAU's programs, which this
+  # module compiles once.
+  config = dict(PLATEAU, eval_every_steps=4, final_eval_splits=())
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  train_run(tiny_config(**config), str(straight))
+  assert train_run(tiny_config(**config), str(straight))["step"] == 8
   with monkeypatch.context() as m:
     m.setitem(data.REGISTRY, "copy", data.Entry(lambda c: _SigtermAt(c, step=3)))
     assert train_run(tiny_config(**config), str(resumed))["stopped_by_signal"] == 1.0
   assert not [r for r in read_jsonl(resumed / "metrics.jsonl") if "valid/loss" in r]
-  train_run(tiny_config(**config), str(resumed))
+  assert train_run(tiny_config(**config), str(resumed))["step"] == 8
   assert _timeless(resumed) == _timeless(straight)  # the same records, each step once
   a, b = load_state(straight, 8), load_state(resumed, 8)
   for k in a:
@@ -129,8 +134,8 @@ def test_a_run_resumed_between_evaluations_trains_on_to_the_next_one(tmp_path, m
   # SIGTERM during step 2 saves step 3, between the evaluations at 2 and 4. At 3 the window (0.25) starts at
   # 2.25, past the evaluation at 2, so the gain there is defined (0 < min_gain) where at 2 it was not: the
   # restart must not stop at 3, but train to 4 and stop there, as the straight run does.
-  config = dict(PLATEAU, num_train_steps=8, eval_every_steps=2, log_every_steps=1, plateau_min_steps=0,
-                plateau_window=0.25, final_eval_splits=())
+  config = dict(PLATEAU, eval_every_steps=2, log_every_steps=1, plateau_min_steps=0, plateau_window=0.25,
+                final_eval_splits=())
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
   assert train_run(tiny_config(**config), str(straight))["step"] == 4
   with monkeypatch.context() as m:

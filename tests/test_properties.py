@@ -53,6 +53,7 @@ GAP = settings(PROFILE, max_examples=5, phases=[Phase.explicit, Phase.generate])
 TOLERANCE = {"float32": 1e-5, "bfloat16": 8 * 2 ** -7, "float16": 8 * 2 ** -10}
 DTYPES = tuple(TOLERANCE)
 
+# XLA's optimisation passes off (and each program one LLVM module, as everywhere in the tests: conftest.py).
 jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0,
                                                     "xla_llvm_disable_expensive_passes": True})
 

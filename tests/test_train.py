@@ -3,6 +3,7 @@
 import dataclasses
 import importlib
 import json
+import logging
 import os
 import pathlib
 import re
@@ -18,6 +19,7 @@ from flax import traverse_util
 
 from rpr import data
 from rpr import record
+from rpr import steps
 from rpr import train
 from rpr.config import ConfigError, parse
 from rpr.records import read_jsonl
@@ -34,6 +36,21 @@ def _env(cache_dir, devices=None):
   if devices:
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
   return env
+
+
+def run_py_here_anew(run_py_here, args):
+  """conftest.py's ``run_py_here(args)`` (run.py in this process), then the ``--config.<key>`` flags that the overrides
+  in ``args`` defined removed again, as a new process starts without them: absl refuses to define a flag twice, so a
+  later run.py in this process overriding the same key would end in a DuplicateFlagError instead of running."""
+  from absl import flags
+
+  before = set(flags.FLAGS)
+  try:
+    return run_py_here(args)
+  finally:
+    for name in set(flags.FLAGS) - before:
+      if name.startswith("config."):
+        delattr(flags.FLAGS, name)
 
 
 def tiny_config(**overrides):
@@ -83,9 +100,26 @@ FAST = dict(num_train_steps=8, eval_splits=(), log_every_steps=2, checkpoint_eve
             model={"dropout_rate": 0.1})
 
 
-def test_tiny_run_writes_the_workdir_and_learns(tmp_path):
-  workdir = tmp_path / "run"
-  results = train_run(tiny_config(eval_splits=("valid",)), str(workdir))
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+  """The tiny config trained once, evaluated on "valid" at each evaluation and on "long" at the last step only: its
+  workdir and final metrics. Three tests read it: what it wrote and learnt, when each split was scored, and its
+  float32 loss curve beside bfloat16's."""
+  workdir = tmp_path_factory.mktemp("tiny") / "run"
+  return workdir, train_run(tiny_config(eval_splits=("valid",), final_eval_splits=("long",)), str(workdir))
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+  """FAST trained straight to step 8, saving every 2 steps and keeping the last 2: the state that the resumed runs
+  below must reach, bit for bit."""
+  workdir = tmp_path_factory.mktemp("straight") / "run"
+  train_run(tiny_config(**{**FAST, "checkpoint_every_steps": 2, "keep_checkpoints": 2}), str(workdir))
+  return workdir
+
+
+def test_tiny_run_writes_the_workdir_and_learns(tiny_run):
+  workdir, results = tiny_run
   saved = json.loads((workdir / "config.json").read_text())
   assert saved["config"]["dataset"] == "copy" and saved["model_config"]["d_model"] == 32
   records = read_jsonl(workdir / "metrics.jsonl")
@@ -119,10 +153,8 @@ class _SigtermAt:
     return self._task.eval_batches(split)
 
 
-def test_sigterm_saves_and_the_resumed_run_equals_a_straight_run(tmp_path, monkeypatch):
-  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  train_run(tiny_config(**FAST), str(straight))
-
+def test_sigterm_saves_and_the_resumed_run_equals_a_straight_run(straight, tmp_path, monkeypatch):
+  resumed = tmp_path / "resumed"
   handler = signal.getsignal(signal.SIGTERM)
   with monkeypatch.context() as m:  # the same config: "copy" is the task that sends SIGTERM, this once
     m.setitem(data.REGISTRY, "copy", data.Entry(lambda c: _SigtermAt(c, step=3)))
@@ -141,10 +173,8 @@ def test_sigterm_saves_and_the_resumed_run_equals_a_straight_run(tmp_path, monke
   assert steps == [2, 4, 6, 8]  # the metrics file continues where the stopped run left it
 
 
-def test_resume_by_raising_num_train_steps_is_exact_and_old_checkpoints_go(tmp_path):
-  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  train_run(tiny_config(**{**FAST, "checkpoint_every_steps": 2, "keep_checkpoints": 2}),
-                           str(straight))
+def test_resume_by_raising_num_train_steps_is_exact_and_old_checkpoints_go(straight, tmp_path):
+  resumed = tmp_path / "resumed"
   assert sorted(os.listdir(straight / "checkpoints")) == ["6", "8"]  # 2 and 4 deleted: keep the last 2
   train_run(tiny_config(**{**FAST, "num_train_steps": 4}), str(resumed))
   train_run(tiny_config(**FAST), str(resumed))
@@ -174,13 +204,15 @@ np.savez({out!r}, devices=jax.device_count(), **test_train.run_steps(3))
 
 
 def run_steps(num_steps):
-  """``num_steps`` train steps of the tiny config (dropout on) on every device; flat parameters."""
+  """``num_steps`` train steps of the tiny config (dropout on) on every device; flat parameters. Jitted as rpr.train
+  jits FAST's steps (the same model, batch and donated state), so that on one device they are programs a test
+  session has compiled already."""
   import functools
   from jax.sharding import NamedSharding, PartitionSpec as P
   from rpr import model as model_lib
   from rpr import optim
 
-  config = tiny_config(batch_size=8, model={"dropout_rate": 0.1})
+  config = tiny_config(model={"dropout_rate": 0.1})
   mesh = train.make_mesh()
   task = data.get_task(config)
   model = model_lib.Transformer(parse(config).model.replace(vocab_size=task.vocab.size))
@@ -190,7 +222,7 @@ def run_steps(num_steps):
   state = jax.jit(functools.partial(train.init_state, model=model, tx=tx, input_length=first["inputs"].shape[1],
                                     target_length=first["targets"].shape[1]), out_shardings=rep)(jax.random.PRNGKey(0))
   step = jax.jit(functools.partial(train.train_step, model=model, tx=tx, schedule=schedule, label_smoothing=0.1),
-                 in_shardings=(rep, rows), out_shardings=(rep, rep))
+                 in_shardings=(rep, rows), out_shardings=(rep, rep), donate_argnums=0)
   for s in range(num_steps):
     batch = train.shard_batch(task.train_batch(s), mesh)
     assert len(batch["inputs"].sharding.device_set) == mesh.size
@@ -199,6 +231,7 @@ def run_steps(num_steps):
   return {k: np.asarray(v) for k, v in flat.items()}
 
 
+@pytest.mark.slow  # a process of its own, compiling for 4 devices
 def test_data_parallel_on_4_devices_matches_1_device(tmp_path, compilation_cache):
   # XLA_FLAGS must be set before JAX starts: the 4-device run is a subprocess. The
   # 1-device run is this process when it has one device, else a subprocess too.
@@ -265,21 +298,26 @@ def test_missing_dataset_key_and_batch_not_divisible_by_devices():
     validate(tiny_config(batch_size=6), num_devices=3)
 
 
-@pytest.mark.slow
-def test_every_config_file_validates_and_run_py_trains_with_overrides(tmp_path, compilation_cache):
+def test_every_config_file_validates_and_run_py_trains_with_overrides(tmp_path, caplog, run_py_here):
   for path in sorted((ROOT / "configs").glob("*.py")):
     if path.stem in ("__init__", "base", "sweeps"):  # base.py: defaults; sweeps.py: sweeps' building blocks
       continue
     module = importlib.import_module("configs." + path.stem)
     validate(module.get_config(), num_devices=1)
+  # run.py in this process (conftest.py's run_py_here: its flag parser and main), which has imported TensorFlow for
+  # the events already (run.py's own processes train in tests/test_workdir.py, tests/test_stop.py and others), with
+  # --verbosity=0: its log at INFO, as a run.py process writes it to stderr. The overrides make FAST, which the tests
+  # above trained.
   workdir = tmp_path / "cli"
-  cmd = [sys.executable, "run.py", "--config=configs/tiny.py", f"--workdir={workdir}", "--config.num_train_steps=2",
-         "--config.eval_splits=()", "--config.model.dropout_rate=0.1", "--config.log_every_steps=1"]
-  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env(compilation_cache))
+  with caplog.at_level(logging.INFO):
+    proc = run_py_here_anew(run_py_here, ["--config=configs/tiny.py", f"--workdir={workdir}",
+                                          "--config.num_train_steps=8", "--config.eval_splits=()",
+                                          "--config.model.dropout_rate=0.1", "--config.log_every_steps=1",
+                                          "--verbosity=0"])
   assert proc.returncode == 0, proc.stderr[-3000:]
   saved = json.loads((workdir / "config.json").read_text())
-  assert saved["model_config"]["dropout_rate"] == 0.1 and saved["config"]["num_train_steps"] == 2
-  assert "step 2/2: loss" in proc.stderr
+  assert saved["model_config"]["dropout_rate"] == 0.1 and saved["config"]["num_train_steps"] == 8
+  assert any(r.getMessage().startswith("step 8/8: loss") for r in caplog.records)
   assert list(workdir.glob("events.out.tfevents.*"))  # config.tensorboard is on by default
 
 
@@ -336,11 +374,11 @@ def test_user_errors_are_one_line_with_exit_status_2(tmp_path, args, message, ru
   file = tmp_path / "a_file"
   file.write_text("")
   argv = ["--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}"] + [a.format(file=file) for a in args]
-  proc = run_py_here(argv)
+  proc = run_py_here_anew(run_py_here, argv)
   lines = [l for l in proc.stderr.splitlines() if l.startswith("run.py: error:")]
   assert proc.returncode == 2 and len(lines) == 1 and re.search(message, lines[0]), proc.stderr[-2000:]
   assert "Traceback" not in proc.stderr
-  debug = run_py_here(argv + ["--debug"])
+  debug = run_py_here_anew(run_py_here, argv + ["--debug"])
   assert debug.returncode != 0 and "Traceback" in debug.stderr
 
 
@@ -359,29 +397,40 @@ def test_a_user_error_of_a_run_py_process_is_one_line_and_with_debug_a_traceback
   assert procs[1].returncode != 0 and "Traceback" in debug
 
 
-def test_final_eval_splits_are_scored_at_the_last_step_only(tmp_path):
-  config = tiny_config(**{**FAST, "eval_splits": ("valid",), "final_eval_splits": ("long",), "eval_every_steps": 4})
-  train_run(config, str(tmp_path))
+def test_final_eval_splits_are_scored_at_the_last_step_only(tiny_run):
+  workdir, _ = tiny_run  # "valid" every 20 steps, "long" at the last step
   evaluated = {}
-  for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
+  for line in (workdir / "metrics.jsonl").read_text().splitlines():
     r = json.loads(line)
     evaluated.setdefault(r["step"], set()).update(k.split("/")[0] for k in r if k.endswith("/loss"))
-  assert evaluated[4] == {"train", "valid"} and evaluated[8] == {"train", "valid", "long"}
+  assert evaluated[20] == {"train", "valid"} and evaluated[40] == {"train", "valid", "long"}
   with pytest.raises(ConfigError, match="final_eval_splits"):
     validate(tiny_config(eval_splits=("valid",), final_eval_splits=("valid",)), num_devices=1)
 
 
-def test_bfloat16_trains_within_two_percent_of_float32(tmp_path):
+def test_bfloat16_trains_within_two_percent_of_float32(tiny_run, tmp_path):
   """model.dtype = bfloat16 (float32 parameters, bfloat16 computation, float32 softmax and losses) on the tiny
   config: the training loss stays within 2% of float32's at every logged step (measured: at most 0.6% over 48
-  steps), the parameters stay float32, and the curves are not the same numbers (bfloat16 did compute)."""
+  steps), the parameters stay float32, and the curves are not the same numbers (bfloat16 did compute). The float32
+  run is the tiny run (its evaluations change nothing it trains); the bfloat16 run differs from it in the dtype only,
+  and leaves out the evaluations."""
+  workdirs = {"float32": tiny_run[0], "bfloat16": tmp_path / "bfloat16"}
+  train_run(tiny_config(eval_splits=(), model={"dtype": "bfloat16"}), str(workdirs["bfloat16"]))
   curves = {}
-  for dtype in ("float32", "bfloat16"):
-    workdir = tmp_path / dtype
-    train_run(tiny_config(num_train_steps=24, eval_splits=(), log_every_steps=4,
-                                         checkpoint_every_steps=24, model={"dtype": dtype}), str(workdir))
-    curves[dtype] = np.array([r["train/loss"] for r in read_jsonl(workdir / "metrics.jsonl")
-                              if "train/loss" in r])
-    assert {v.dtype for k, v in load_state(workdir, 24).items() if "params" in k} == {np.dtype("float32")}
+  for dtype, workdir in workdirs.items():
+    curves[dtype] = np.array([r["train/loss"] for r in read_jsonl(workdir / "metrics.jsonl") if "train/loss" in r])
+    assert {v.dtype for k, v in load_state(workdir, 40).items() if "params" in k} == {np.dtype("float32")}
+  assert len(curves["float32"]) == 4  # steps 10, 20, 30 and 40
   np.testing.assert_allclose(curves["bfloat16"], curves["float32"], rtol=0.02)
   assert not np.array_equal(curves["bfloat16"], curves["float32"])
+
+
+def test_a_second_run_of_the_same_config_in_one_process_reuses_its_compiled_programs(tmp_path):
+  # rpr.steps.programs is keyed by everything its programs depend on; the seed is the init program's argument.
+  steps.programs.cache_clear()
+  first = train_run(tiny_config(**FAST), str(tmp_path / "a"))
+  other_seed = train_run(tiny_config(**dict(FAST, seed=1)), str(tmp_path / "b"))
+  assert steps.programs.cache_info()[:2] == (1, 1)  # (hits, misses): built once, reused once
+  assert other_seed["train/loss"] != first["train/loss"]  # the seed still acts
+  train_run(tiny_config(**dict(FAST, model={"d_model": 16})), str(tmp_path / "c"))
+  assert steps.programs.cache_info()[:2] == (1, 2)  # another model: built anew

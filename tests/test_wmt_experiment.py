@@ -18,6 +18,7 @@ from experiments import runs as runs_lib
 from rpr import data
 from rpr import decode
 from rpr import metrics
+from rpr import steps
 from rpr.records import read_jsonl
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -115,6 +116,7 @@ def test_tiny_variant_trains_decodes_with_beam_search_and_scores_bleu_on_raw_ref
   monkeypatch.setitem(data.REGISTRY, "wmt14", dataclasses.replace(data.REGISTRY["wmt14"], factory=spying_factory))
   monkeypatch.setattr(metrics, "bleu", spying_bleu)
   monkeypatch.setattr(decode, "beam_search", spying_beam_search)
+  steps.programs.cache_clear()  # the spy sees the decoder only as it is traced: built anew, not reused
   with tfds.testing.mock_data(num_examples=64, policy=tfds.testing.MockPolicy.USE_CODE):
     results = train_run(config, str(workdir))
 

@@ -21,11 +21,12 @@ from rpr import checkpoint
 from rpr import train
 from rpr import workdir
 from rpr.records import read_jsonl
-from tests.test_train import ROOT, _env, load_state, timeless_records, tiny_config
+from tests.test_train import ROOT, _env, load_state, run_py_here_anew, timeless_records, tiny_config
 from tests.test_train import ConfigError, validate, train_run
 
+# No TensorBoard events: no test here reads them, and writing them imports TensorFlow (seconds of CPU).
 FAST = dict(num_train_steps=8, eval_splits=(), log_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=2,
-            model={"dropout_rate": 0.1})
+            tensorboard=False, model={"dropout_rate": 0.1})
 
 
 def run_py(args, cache, timeout=300):
@@ -141,10 +142,19 @@ def test_history_without_config_json_is_refused_unless_trusted(tmp_path, left):
   validate(tiny_config(**FAST), num_devices=1, workdir=str(tmp_path), trust_checkpoints=True)
 
 
-def test_config_json_is_written_before_step_1_and_trusted_checkpoints_resume_exactly(tmp_path):
-  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  train_run(tiny_config(**FAST), str(straight))
-  train_run(tiny_config(**dict(FAST, num_train_steps=4)), str(resumed))
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """FAST trained straight to step 8, and FAST finished at step 4: workdirs that the tests below read, or copy and
+  go on with."""
+  root = tmp_path_factory.mktemp("runs")
+  train_run(tiny_config(**FAST), str(root / "straight"))
+  train_run(tiny_config(**dict(FAST, num_train_steps=4)), str(root / "four"))
+  return root
+
+
+def test_config_json_is_written_before_step_1_and_trusted_checkpoints_resume_exactly(runs, tmp_path):
+  straight, resumed = runs / "straight", tmp_path / "resumed"
+  shutil.copytree(runs / "four", resumed)
   (resumed / "config.json").unlink()
   with pytest.raises(ConfigError, match="no config.json"):
     train_run(tiny_config(**FAST), str(resumed))
@@ -155,12 +165,11 @@ def test_config_json_is_written_before_step_1_and_trusted_checkpoints_resume_exa
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
-def test_records_without_a_checkpoint_are_never_trained_over(tmp_path):
+def test_records_without_a_checkpoint_are_never_trained_over(runs, tmp_path):
   """A finished run whose checkpoints are gone (a fresh clone of committed results) is refused and left as it
   was; an unfinished one starts at step 0 with its records set aside, not rewound away."""
-  straight, run = tmp_path / "straight", tmp_path / "run"
-  train_run(tiny_config(**FAST), str(straight))
-  train_run(tiny_config(**dict(FAST, num_train_steps=4)), str(run))
+  straight, run = runs / "straight", tmp_path / "run"
+  shutil.copytree(runs / "four", run)
   before = (run / "metrics.jsonl").read_text()
   shutil.rmtree(run / "checkpoints")
   finished = r"holds a finished run \(metrics.jsonl to step 4\) but no checkpoint"
@@ -311,7 +320,7 @@ def test_each_user_error_is_one_line_with_exit_status_2(tmp_path, compilation_ca
     (run / "checkpoints").write_text("")
   target = tmp_path / "file" / "run" if case == "workdir under a file" else run
   argv = [*args, f"--workdir={target}"]
-  line = one_error_line(run_py(argv, compilation_cache) if case == "diverged" else run_py_here(argv))
+  line = one_error_line(run_py(argv, compilation_cache) if case == "diverged" else run_py_here_anew(run_py_here, argv))
   expected = {
       "missing config file": r"--config 'configs/nope.py': 'configs/nope.py' is not a file",
       "non-config get_config": r"get_config returned a dict; allowed: an ml_collections.ConfigDict",
@@ -336,20 +345,47 @@ KILL = ["--config=configs/tiny.py", "--config.num_train_steps=24", "--config.eva
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, compilation_cache):
+  """A straight run of KILL in a run.py process: the killed runs' reference, the seconds it took, its exit status and
+  stderr. Once it has logged its final metrics it is sent SIGTERM until it is gone, as a finished run may be while it
+  shuts down: one process serves as the reference and as the finished run of the test below, which any finished run
+  will do for."""
   path = tmp_path_factory.mktemp("straight")
   t0 = time.time()
-  proc = run_py([*KILL, f"--workdir={path}"], compilation_cache)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  return path, time.time() - t0
+  proc = subprocess.Popen([sys.executable, "run.py", *KILL, f"--workdir={path}"], cwd=ROOT, env=_env(compilation_cache),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  lines = []
+  for line in proc.stderr:  # read until the last line the run logs, then signal until the process is gone
+    lines.append(line)
+    if "Final metrics:" in line:
+      break
+  while proc.poll() is None:
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.005)
+  lines.extend(proc.stderr)
+  return path, time.time() - t0, proc.returncode, "".join(lines)
 
 
+def test_a_signal_after_the_final_metrics_leaves_a_finished_run_finished(straight):
+  """SIGTERM while the finished process shuts down: exit status 0 (Python's shutdown would otherwise put the
+  default handler back, and the status would be 143 after everything was saved), and the last step saved."""
+  path, _, status, stderr = straight
+  assert "Final metrics:" in stderr and status == 0, (status, stderr[-3000:])
+  assert (path / "checkpoints" / "24" / "SHA256SUMS").is_file()
+  assert read_jsonl(path / "metrics.jsonl")[-1]["step"] == 24
+
+
+# The explicit example only: the first example hypothesis draws (derandomized) is a SIGKILL at 0 s, before run.py has
+# written anything, whose rerun is one more straight run. The rerun is run.py in this process (conftest.py's
+# run_py_here: the same command through its flag parser and main), from the files the killed process left.
 @pytest.mark.slow
-@hypothesis.settings(max_examples=1, deadline=None, derandomize=True,
+@hypothesis.settings(max_examples=1, deadline=None, derandomize=True, phases=[hypothesis.Phase.explicit],
                      suppress_health_check=list(hypothesis.HealthCheck))
 @hypothesis.example(when=0.4, how=signal.SIGKILL)  # mid-training, near a save (SIGTERM mid-run: test_train.py)
 @hypothesis.given(when=st.floats(0.0, 1.0), how=st.sampled_from([signal.SIGKILL, signal.SIGTERM]))
-def test_killed_at_any_moment_the_rerun_equals_a_straight_run(straight, tmp_path_factory, compilation_cache, when, how):
-  reference, seconds = straight
+def test_killed_at_any_moment_the_rerun_equals_a_straight_run(straight, tmp_path_factory, compilation_cache,
+                                                              run_py_here, when, how):
+  reference, seconds, _, log = straight
+  assert "Final metrics:" in log, log[-3000:]  # finished
   path = tmp_path_factory.mktemp("killed")
   proc = subprocess.Popen([sys.executable, "run.py", *KILL, f"--workdir={path}"], cwd=ROOT, env=_env(compilation_cache),
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -360,7 +396,7 @@ def test_killed_at_any_moment_the_rerun_equals_a_straight_run(straight, tmp_path
   _, stderr = proc.communicate(timeout=300)
   finished = proc.returncode == 0
   assert proc.returncode == (-9 if how == signal.SIGKILL else 3) or finished, (proc.returncode, stderr[-3000:])
-  again = run_py([*KILL, f"--workdir={path}"], compilation_cache)
+  again = run_py_here_anew(run_py_here, [*KILL, f"--workdir={path}"])
   assert again.returncode == 0, again.stderr[-3000:]
   a, b = load_state(reference, 24), load_state(path, 24)
   for k in a:
@@ -378,23 +414,3 @@ def test_killed_at_any_moment_the_rerun_equals_a_straight_run(straight, tmp_path
   if rerun["from_step"] > 4:  # the killed process saved twice or more: its line holds at least the one before last
     assert [p["pid"] for p in killed] == [proc.pid] and killed[0]["to_step"] >= rerun["from_step"] - 4
     assert killed[0].get("running", False) == (how == signal.SIGKILL and not finished)
-
-
-def test_a_signal_after_the_final_metrics_leaves_a_finished_run_finished(tmp_path, compilation_cache):
-  """SIGTERM while the finished process shuts down: exit status 0 (Python's shutdown would otherwise put the
-  default handler back, and the status would be 143 after everything was saved), and the last step saved."""
-  short = [*KILL, "--config.num_train_steps=4", "--config.eval_every_steps=4"]  # any finished run will do
-  proc = subprocess.Popen([sys.executable, "run.py", *short, f"--workdir={tmp_path}"], cwd=ROOT,
-                          env=_env(compilation_cache), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-  lines = []
-  for line in proc.stderr:  # read until the last line the run logs, then signal until the process is gone
-    lines.append(line)
-    if "Final metrics:" in line:
-      break
-  while proc.poll() is None:
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(0.005)
-  lines.extend(proc.stderr)
-  assert proc.returncode == 0, (proc.returncode, "".join(lines)[-3000:])
-  assert (tmp_path / "checkpoints" / "4" / "SHA256SUMS").is_file()
-  assert read_jsonl(tmp_path / "metrics.jsonl")[-1]["step"] == 4

@@ -11,6 +11,7 @@ leaves without a key are zero in both, so every row is compared.
 """
 
 
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,49 +62,70 @@ def compare(dense_fn, chunked_fn, args, cotangent, rtol=1e-10, atol=1e-10):
     np.testing.assert_allclose(np.asarray(b_), np.asarray(a), rtol=rtol, atol=atol)
 
 
+def compare_at_offsets(dense_at, chunked_at, args, cotangent, offsets, rtol=1e-10, atol=1e-10):
+  """``compare(dense_at(offset), chunked_at(offset), ...)`` at each offset: the dense path with the offset static,
+  the chunked path with it traced, one compilation for every offset.
+
+  Only for blocks that are not square: there the plan reads no static offset (its corners need square blocks), so a
+  static offset runs this same program with the offset a constant. Static offsets on square blocks:
+  test_shaw_band_edges_match_dense, test_shaw_corner_blocks_match_dense.
+  """
+  def out_and_grads(f, *args):
+    out, vjp = jax.vjp(f, *args)
+    return out, vjp(cotangent)
+
+  chunked = jax.jit(lambda offset, *args: out_and_grads(chunked_at(offset), *args))
+  for offset in offsets:
+    o1, g1 = jax.jit(lambda *args: out_and_grads(dense_at(offset), *args))(*args)
+    o2, g2 = chunked(jnp.int32(offset), *args)
+    np.testing.assert_allclose(np.asarray(o2), np.asarray(o1), rtol=rtol, atol=atol, err_msg=f"offset {offset}")
+    for a, b_ in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+      np.testing.assert_allclose(np.asarray(b_), np.asarray(a), rtol=rtol, atol=atol, err_msg=f"offset {offset}")
+
+
 # ----------------------------------------------------------------------------
 # Shaw.
 
 
 # Every k with every offset sign once (k = 20 is wider than the 10 keys: no clipping); random k, offsets
-# and terms are drawn by tests/test_properties.py as well.
-SHAW_CASES = ([(0, "kv", 4), (1, "kv", 0), (1, "kv", -3), (3, "kv", 0), (3, "kv", 4), (20, "kv", -3)]
-              + [(3, "k", 4), (3, "v", -3)])
+# and terms are drawn by tests/test_properties.py as well. The offsets of one k and terms run in one test.
+SHAW_CASES = ([(0, "kv", (4,)), (1, "kv", (0, -3)), (3, "kv", (0, 4)), (20, "kv", (-3,))]
+              + [(3, "k", (4,)), (3, "v", (-3,))])
 
 
-@pytest.mark.parametrize("k,terms,offset", SHAW_CASES)
-def test_shaw_matches_dense(x64, rng, k, terms, offset):
+@pytest.mark.parametrize("k,terms,offsets", SHAW_CASES)
+def test_shaw_matches_dense(x64, rng, k, terms, offsets):
   q, kk, v = qkv(rng)
   kt, vt = tables(rng, k)
   g = jnp.asarray(rng.normal(size=q.shape))
 
-  def relative(kt, vt):
+  def relative(kt, vt, offset):
     return attn.Relative(kt if "k" in terms else None, vt if "v" in terms else None, offset=offset)
 
-  dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=relative(kt, vt))
-  chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=relative(kt, vt), **BLOCKS)
-  compare(dense, chunked, (q, kk, v, kt, vt), g)
+  dense_at = lambda o: lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=relative(kt, vt, o))
+  chunked_at = lambda o: lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=relative(kt, vt, o), **BLOCKS)
+  compare_at_offsets(dense_at, chunked_at, (q, kk, v, kt, vt), g, offsets)
 
 
 # The window (restricted attention) is evaluated per block; window 1 at offset -3 or 9 leaves the first or
-# the last queries without any key.
-@pytest.mark.parametrize("causal,padded,shared,window,q_offset", [
-    *[(causal, padded, shared, None, q_offset) for causal, padded, shared in
-      [(True, False, False), (False, True, True), (True, True, False)] for q_offset in (0, 2)],
-    (False, True, False, 1, -3), (False, False, True, 1, 9), (True, True, False, 3, 2)])
-def test_shaw_with_masks_matches_dense(x64, rng, causal, padded, shared, window, q_offset):
+# the last queries without any key. Each mask at q_offset 0 and 2 (one test, one chunked compilation).
+@pytest.mark.parametrize("causal,padded,shared,window,q_offsets", [
+    *[(causal, padded, shared, None, (0, 2)) for causal, padded, shared in
+      [(True, False, False), (False, True, True), (True, True, False)]],
+    (False, True, False, 1, (-3,)), (False, False, True, 1, (9,)), (True, True, False, 3, (2,))])
+def test_shaw_with_masks_matches_dense(x64, rng, causal, padded, shared, window, q_offsets):
   b, nq, nk, h = 2, 7, 11, 3
   q, kk, v = qkv(rng, b, nq, nk, h)
   kt, vt = tables(rng, 2, h, shared=shared)
   key_valid = jnp.asarray(np.arange(nk)[None, :] < np.array([[nk], [6]])) if padded else None
-  mask = dense_mask(b, nq, nk, key_valid, causal, q_offset, window)
   g = jnp.asarray(rng.normal(size=q.shape))
-  rel = lambda kt, vt: attn.Relative(kt, vt, offset=q_offset)
-  dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
-  chunked = lambda q, kk, v, kt, vt: chunked_attention(
-      q, kk, v, relative=rel(kt, vt), mask=attn.Mask(key_valid=key_valid, causal=causal, window=window),
-      q_offset=q_offset, **BLOCKS)
-  compare(dense, chunked, (q, kk, v, kt, vt), g)
+  rel = lambda kt, vt, o: attn.Relative(kt, vt, offset=o)
+  dense_at = lambda o: lambda q, kk, v, kt, vt: attn.dot_product_attention(
+      q, kk, v, relative=rel(kt, vt, o), mask=dense_mask(b, nq, nk, key_valid, causal, o, window))
+  chunked_at = lambda o: lambda q, kk, v, kt, vt: chunked_attention(
+      q, kk, v, relative=rel(kt, vt, o), mask=attn.Mask(key_valid=key_valid, causal=causal, window=window),
+      q_offset=o, **BLOCKS)
+  compare_at_offsets(dense_at, chunked_at, (q, kk, v, kt, vt), g, q_offsets)
 
 
 # Where the band |j - i - offset| < k (k = 5) starts and ends relative to the
@@ -116,10 +138,10 @@ def test_shaw_band_edges_match_dense(x64, rng, nq, nk, block_q, block_k, offset,
   b, h = 2, 2
   q, kk, v = qkv(rng, b, nq, nk, h)
   kt, vt = tables(rng, 5, h)
-  mask = dense_mask(b, nq, nk, causal=causal, q_offset=offset)
   g = jnp.asarray(rng.normal(size=q.shape))
   rel = lambda kt, vt: attn.Relative(kt, vt, offset=offset)
-  dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
+  dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(  # the mask built in the compiled function
+      q, kk, v, relative=rel(kt, vt), mask=dense_mask(b, nq, nk, causal=causal, q_offset=offset))
   chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt), mask=attn.Mask(causal=causal),
                                                        q_offset=offset, block_q=block_q, block_k=block_k)
   compare(dense, chunked, (q, kk, v, kt, vt), g)
@@ -210,13 +232,13 @@ def test_shaw_corner_blocks_match_dense(x64, rng, nq, nk, offset, terms, causal,
   q, kk, v = qkv(rng, b, nq, nk, h)
   kt, vt = tables(rng, k, h)
   key_valid = jnp.asarray(np.arange(nk)[None, :] < np.array([[nk], [nk - 7]])) if padded else None
-  mask = dense_mask(b, nq, nk, key_valid, causal, offset)
   g = jnp.asarray(rng.normal(size=q.shape))
 
   def rel(kt, vt):
     return attn.Relative(kt if "k" in terms else None, vt if "v" in terms else None, offset=offset)
 
-  dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(q, kk, v, relative=rel(kt, vt), mask=mask)
+  dense = lambda q, kk, v, kt, vt: attn.dot_product_attention(  # the mask built in the compiled function
+      q, kk, v, relative=rel(kt, vt), mask=dense_mask(b, nq, nk, key_valid, causal, offset))
   chunked = lambda q, kk, v, kt, vt: chunked_attention(q, kk, v, relative=rel(kt, vt),
                                                        mask=attn.Mask(key_valid=key_valid, causal=causal),
                                                        q_offset=offset, block_q=block, block_k=block)
@@ -274,19 +296,22 @@ def test_window_matches_reference(x64, rng, nq, nk, block_q, block_k, window, ca
 
   @jax.jit
   def run(*args):
-    outs = []
-    for f in fns:
-      out, vjp = jax.vjp(f, *args)
-      outs.append((out, vjp(g), vjp(g * empty_rows)))
-    return outs
+    (want, want_vjp), (got, vjp) = (jax.vjp(f, *args) for f in fns)
+    if not empty_rows.any():
+      return want, want_vjp(g), got, vjp(g), None
+    # And the chunked gradient from the rows without a key, where there are some (else its cotangent is zero, and
+    # so is the gradient: nothing to check); both cotangents in one backward pass.
+    both = jax.vmap(vjp)(jnp.stack([g, g * empty_rows]))
+    return want, want_vjp(g), got, jax.tree.map(lambda x: x[0], both), jax.tree.map(lambda x: x[1], both)
 
-  (want, want_grads, _), (got, grads, grads_from_empty) = run(q, kk, v, kt, vt)
+  want, want_grads, got, grads, grads_from_empty = run(q, kk, v, kt, vt)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-10)
   assert np.all(np.asarray(got)[np.broadcast_to(empty_rows, got.shape)] == 0)
   used = 3 if k is None else 5  # without Shaw terms the tables get no gradient
-  for a, b_, from_empty in list(zip(want_grads, grads, grads_from_empty))[:used]:
+  for i, (a, b_) in enumerate(list(zip(want_grads, grads))[:used]):
     np.testing.assert_allclose(np.asarray(b_), np.asarray(a), rtol=1e-10, atol=1e-10)
-    assert np.all(np.asarray(from_empty) == 0)
+    if grads_from_empty is not None:
+      assert np.all(np.asarray(grads_from_empty[i]) == 0)
 
 
 def test_window_with_a_traced_offset_matches_dense(x64, rng):
@@ -331,9 +356,11 @@ def shaw_terms(k, offset=0):
   return None if k is None else attn.Relative(jnp.zeros((2 * k + 1, 1)), offset=offset)
 
 
-@pytest.mark.parametrize("length,block,window", [(1024, 64, 32), (4096, 64, 32), (1024, 64, 100)])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("max_distance", [None, 16])
+# Each length and window, causal or not, with and without Shaw terms, and every pair of those (a pairwise cover
+# of the 12 combinations).
+@pytest.mark.parametrize("length,block,window,causal,max_distance", [
+    (1024, 64, 32, False, None), (1024, 64, 32, True, 16), (4096, 64, 32, False, 16), (4096, 64, 32, True, None),
+    (1024, 64, 100, False, None), (1024, 64, 100, True, 16)])
 def test_window_plan_visits_o_length_times_window_tiles(length, block, window, causal, max_distance):
   # Time is linear in the length: about (2 window / block + 2) key blocks
   # per query block, not all length / block of them, and exactly the tiles
@@ -397,8 +424,8 @@ def test_bias_and_rotary_schemes_match_dense_with_parameter_gradients(x64, rng, 
   q, kk, v = qkv(rng, b, nq, nk, h, d)
   q_offset = 2
   module = positions.make(scheme, h, d, causal=causal, options=options)
-  params = module.init(jax.random.PRNGKey(0), q, kk, q_offset, method=module.terms)
-  params = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape)), params)  # not all zeros
+  shapes = jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), q, kk, q_offset, method=module.terms))
+  params = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape)), shapes)  # not all zeros
   mask = dense_mask(b, nq, nk, causal=causal, q_offset=q_offset)
   g = jnp.asarray(rng.normal(size=q.shape))
 
@@ -428,12 +455,15 @@ def test_dropout_is_deterministic_per_rng_and_its_gradient_matches_finite_differ
   kt, vt = tables(rng, k, h=2, d=3)
   rel = attn.Relative(kt, vt)
   g = jnp.asarray(rng.normal(size=q.shape))
-  f = jax.jit(lambda x, key: jnp.sum(g * chunked_attention(
-      x[0], kk, v, relative=attn.Relative(x[1], x[2]), dropout_rate=0.4, dropout_rng=key, **blocks)))
+  # f and its gradient from one compilation: f(x, key) is value_and_grad(x, key)[0].
+  value_and_grad = jax.jit(jax.value_and_grad(lambda x, key: jnp.sum(g * chunked_attention(
+      x[0], kk, v, relative=attn.Relative(x[1], x[2]), dropout_rate=0.4, dropout_rng=key, **blocks))))
+  f = lambda x, key: value_and_grad(x, key)[0]
   x, key = (q, kt, vt), jax.random.PRNGKey(3)
   assert float(f(x, key)) == float(f(x, key))
   assert float(f(x, key)) != float(f(x, jax.random.PRNGKey(4)))
-  no_dropout = jnp.sum(g * chunked_attention(q, kk, v, relative=rel, **blocks))
+  # Without dropout (the dense path, held to the chunked one above): one compilation less.
+  no_dropout = jax.jit(lambda q: jnp.sum(g * attn.dot_product_attention(q, kk, v, relative=rel)))(q)
   assert float(f(x, key)) != pytest.approx(float(no_dropout))
   # The keep-mask is a fixed function of the rng, so f(., key) is smooth: the
   # custom backward pass (query and both tables, whose edge buckets take the
@@ -442,7 +472,7 @@ def test_dropout_is_deterministic_per_rng_and_its_gradient_matches_finite_differ
   eps = 1e-6
   step = lambda sign: tuple(t + sign * eps * u for t, u in zip(x, direction))
   numeric = (f(step(1), key) - f(step(-1), key)) / (2 * eps)
-  analytic = sum(jnp.sum(a * u) for a, u in zip(jax.grad(f)(x, key), direction))
+  analytic = sum(jnp.sum(a * u) for a, u in zip(value_and_grad(x, key)[1], direction))
   np.testing.assert_allclose(float(analytic), float(numeric), rtol=1e-6)
 
 
@@ -450,7 +480,8 @@ def test_float32_and_bfloat16_inputs(rng):
   q, kk, v = (x.astype(jnp.float32) for x in qkv(rng))
   kt, vt = (t.astype(jnp.float32) for t in tables(rng, 2))
   dense = jax.jit(lambda *a: attn.dot_product_attention(*a[:3], relative=attn.Relative(*a[3:])))(q, kk, v, kt, vt)
-  chunked = jax.jit(lambda *a: chunked_attention(*a[:3], relative=attn.Relative(*a[3:]), **BLOCKS))
+  attend = lambda *a: chunked_attention(*a[:3], relative=attn.Relative(*a[3:]), **BLOCKS)
+  chunked = jax.jit(attend)
   out32 = chunked(q, kk, v, kt, vt)
   assert out32.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(out32), np.asarray(dense), rtol=1e-5, atol=1e-5)
@@ -459,7 +490,7 @@ def test_float32_and_bfloat16_inputs(rng):
   assert out16.dtype == jnp.bfloat16
   np.testing.assert_allclose(np.asarray(out16, np.float32), np.asarray(dense), rtol=0.05, atol=0.05)
   # The running max, normaliser and output accumulators of every loop stay float32 on bfloat16 inputs.
-  carried = loop_carries(jax.make_jaxpr(chunked)(bf(q), bf(kk), bf(v), bf(kt), bf(vt)).jaxpr)
+  carried = loop_carries(jax.make_jaxpr(attend)(bf(q), bf(kk), bf(v), bf(kt), bf(vt)).jaxpr)
   floats = {str(a.dtype) for a in carried if jnp.issubdtype(a.dtype, jnp.floating)}
   assert carried and floats == {"float32"}, floats
 
@@ -494,7 +525,8 @@ def test_rows_without_a_visible_key_are_zero_and_finite(rng, dtype):
   @jax.jit
   def run(*args):
     out, vjp = jax.vjp(f, *args)
-    return out, vjp(jnp.ones_like(out)), vjp(jnp.ones_like(out).at[:, 5:].set(0))
+    grads = jax.vmap(vjp)(jnp.stack([jnp.ones_like(out), jnp.ones_like(out).at[:, 5:].set(0)]))  # one backward pass
+    return out, jax.tree.map(lambda x: x[0], grads), jax.tree.map(lambda x: x[1], grads)
 
   out, grads, grads_from_empty = run(q, kk, v, kt, vt)
   out = np.asarray(out, np.float32)
@@ -564,8 +596,8 @@ def test_layer_chunked_equals_dense_for_every_scheme(rng, position, causal, wind
                                                    causal=causal, window=window, implementation=implementation)
   x = jnp.asarray(rng.normal(size=(2, 11, 8)), jnp.float32)
   valid = jnp.asarray(np.arange(11)[None, :] < np.array([[11], [7]]))  # [b, k]
-  params = make("dense").init(jax.random.PRNGKey(0), x, key_valid=valid)
-  params = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape) * 0.5, p.dtype), params)
+  shapes = jax.eval_shape(lambda: make("dense").init(jax.random.PRNGKey(0), x, key_valid=valid))  # nothing compiled
+  params = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape) * 0.5, p.dtype), shapes)
   weights = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
 
   @jax.jit

@@ -22,6 +22,8 @@ from rpr import attention as attn
 from rpr.attention import reference
 from rpr.attention.dense_terms import relative_logits
 
+# Programs compiled as one LLVM module (see tests/attention/test_chunked.py).
+
 # ----------------------------------------------------------------------------
 # Oracles: one scalar at a time, straight from the equations.
 
@@ -169,7 +171,8 @@ def test_shaw_matches_loop_every_term_combination(x64, rng, layout, mask):
   # a^K and a^V each on or off: both, keys only, values only, neither.
   q, k, v = qkv(rng, nq=5, nk=5)
   pairs = [tables(rng, layout, terms, rows=5) for terms in TERMS]
-  mask = padding(5, 5, (5, 3)) if mask == "padding" else np.asarray(attn.causal_mask(5, 5))
+  # Both masks [B, 1, 5, 5]: the two cases of a layout share fast_and_reference's compilation.
+  mask = padding(5, 5, (5, 3)) if mask == "padding" else np.broadcast_to(attn.causal_mask(5, 5), (B, 1, 5, 5))
   check_against_loop(q, k, v, pairs, 2, mask=mask)
 
 
@@ -420,7 +423,8 @@ def test_rows_without_a_key_are_zero_with_zero_gradient(x64, rng, case):
     results = {}
     for name, f in fns.items():
       out, vjp = jax.vjp(f, *args)
-      results[name] = out, [vjp(jnp.asarray(g)) for g in cotangents]
+      grads = jax.vmap(vjp)(jnp.asarray(np.stack(cotangents)))  # one backward pass for both cotangents
+      results[name] = out, [jax.tree.map(lambda g: g[i], grads) for i in range(len(cotangents))]
     _, weights = attn.dot_product_attention(*args[:3], mask=mask, q_offset=off,
                                             relative=attn.Relative(*args[3:], off), return_weights=True)
     return results, weights
@@ -470,11 +474,10 @@ def test_window_mask_equals_windowed_dot_product(rng, nq, nk, window, causal, pa
                          attn.padding_mask(None, k_valid))
     return (attn.dot_product_attention(q, k, v, mask=mask, q_offset=q_offset),
             attn.chunked_attention(q, k, v, mask=mask, q_offset=q_offset, block_q=3, block_k=2),
-            attn.dot_product_attention(q, k, v, mask=array))
+            attn.dot_product_attention(q, k, v, mask=array), array)
 
-  dense, chunked, want = map(np.asarray, run(q, k, v, k_valid))
-  visible = np.asarray(attn.window_mask(nq, nk, window, offset=q_offset, causal=causal))[0, 0][None] \
-      & k_valid[:, None, :]
+  dense, chunked, want, array = map(np.asarray, run(q, k, v, k_valid))
+  visible = array[:, 0]  # [B, nq, nk]: the window mask of the query's position and the valid keys
   assert visible.any(-1).sum() >= nq  # the comparison covers real rows
   # Every row, including rows with no visible key (a padded query whose
   # whole window is padding, a query before every key): those output zero.

@@ -4,7 +4,7 @@ Absolute schemes run through :class:`Block`: their ``embed`` on the inputs,
 then the layer with ``none`` (the layer refuses their names).
 
 Parameters come from ``random_variables`` (conftest: shapes by eval_shape,
-values from numpy) and every model is applied under jit: XLA compilation is
+values from numpy) and every model is applied under jax.jit: XLA compilation is
 what these tests spend their time on, so each compiles as little as it can.
 """
 
@@ -20,6 +20,8 @@ from rpr import attention as attn
 from rpr.attention import positions
 from rpr.attention import reference
 from rpr.attention import MultiHeadAttention
+
+# Programs compiled as one LLVM module (see tests/attention/test_chunked.py).
 
 # Explicit, so that registering a scheme fails test_layer_tests_cover_every_registered_scheme
 # until it is added here (and to COVERAGE in test_positions.py).
@@ -58,8 +60,25 @@ SOME_KINDS = [(s, "dot") for s in SCHEMES] + [("shaw", "local"), ("t5", "local")
                                                ("alibi", "additive"), ("shaw", "chunked"), ("t5", "chunked_local")]
 
 
+def kinds_with(local, additive):
+  """SOME_KINDS with one of its two schemes for local and for additive: every scheme with dot, every kind."""
+  return [c for c in SOME_KINDS if c[1] not in ("local", "additive")] + [(local, "local"), (additive, "additive")]
+
+
+# The four checks below each run every scheme with dot and every other kind; local and additive take their two
+# schemes in turn, so that every case of SOME_KINDS meets at least two of the checks (a cover, not the product).
+CAUSAL_KINDS, PADDED_KINDS = kinds_with("shaw", "rope"), kinds_with("t5", "alibi")
+BFLOAT16_KINDS, DECODE_KINDS = kinds_with("t5", "rope"), kinds_with("shaw", "alibi")
+
+
 def test_layer_tests_cover_every_registered_scheme():
   assert set(SCHEMES) == set(positions.SCHEMES), "add the new scheme to SCHEMES here and to COVERAGE in test_positions"
+
+
+def test_every_check_runs_every_kind_and_every_case_meets_two_checks():
+  checks = (CAUSAL_KINDS, PADDED_KINDS, BFLOAT16_KINDS, DECODE_KINDS)
+  assert all({k for _, k in kinds} == set(KINDS) for kinds in checks)
+  assert all(sum(case in kinds for kinds in checks) >= 2 for case in SOME_KINDS)
 
 
 class Block(nn.Module):
@@ -86,7 +105,7 @@ class Block(nn.Module):
 # 5. Masks.
 
 
-@pytest.mark.parametrize("position,kind", SOME_KINDS)
+@pytest.mark.parametrize("position,kind", CAUSAL_KINDS)
 def test_causal_attention_leaks_nothing(random_variables, position, kind):
   model = Block(position, kind, causal=True)
   x = inputs()
@@ -103,7 +122,7 @@ def test_causal_attention_leaks_nothing(random_variables, position, kind):
     assert np.all(jac[i, :, :first] == 0.0), f"output {i} sees beyond the window"
 
 
-@pytest.mark.parametrize("position,kind", SOME_KINDS)
+@pytest.mark.parametrize("position,kind", PADDED_KINDS)
 def test_padded_keys_are_ignored(random_variables, position, kind):
   model = Block(position, kind, causal=False)
   x = np.asarray(inputs(batch=2))
@@ -127,10 +146,10 @@ def test_padded_keys_are_ignored(random_variables, position, kind):
 
 
 # ----------------------------------------------------------------------------
-# 6. jit, grad, bfloat16.
+# 6. jax.jit, grad, bfloat16.
 
 
-@pytest.mark.parametrize("position,kind", SOME_KINDS)
+@pytest.mark.parametrize("position,kind", BFLOAT16_KINDS)
 def test_jit_grad_bfloat16(random_variables, position, kind):
   causal = kind != "additive"  # cover both mask paths
   model16 = Block(position, kind, causal, jnp.bfloat16)
@@ -171,7 +190,7 @@ def test_shaw_with_additive_raises(random_variables):
 # 10. Incremental decoding equals the full causal pass.
 
 
-@pytest.mark.parametrize("position,kind", SOME_KINDS)
+@pytest.mark.parametrize("position,kind", DECODE_KINDS)
 def test_decode_matches_full_causal_pass(random_variables, position, kind):
   x = inputs(batch=2)
   decoder = Block(position, kind, causal=True, decode=True)
@@ -256,7 +275,7 @@ PERMUTATION = np.array([3, 0, 4, 1, 2])
 def test_a_scheme_name_either_raises_or_makes_the_layer_see_order(random_variables, position, options):
   x = inputs(batch=2)
   scheme = positions.make(position, H, F // H, max_length=MAX_LENGTH, options=options)
-  embedded, _ = scheme.init_with_output(jax.random.PRNGKey(0), x, method="embed")
+  embedded = jax.jit(lambda x: scheme.init_with_output(jax.random.PRNGKey(0), x, method="embed")[0])(x)
   model = MultiHeadAttention(num_heads=H, position=position, position_options=options, max_length=MAX_LENGTH)
   if np.any(np.asarray(embedded) != np.asarray(x)):  # its encoding acts at the embeddings: the name is refused
     with pytest.raises(ValueError, match=rf"^position '{position}'.* on the token embeddings, not inside attention, "
@@ -339,7 +358,8 @@ def test_a_query_with_no_allowed_key_outputs_zero_by_design(random_variables, ki
   model = layer("none" if kind == "additive" else "shaw", kind)
   variables = random_variables(model, inputs(batch=2))
   valid = jnp.array([[True] * L, [False] * L])
-  out, state = model.apply(variables, inputs(batch=2), key_valid=valid, mutable=["intermediates"])
+  out, state = jax.jit(lambda v, x: model.apply(v, x, key_valid=valid, mutable=["intermediates"]))(
+      variables, inputs(batch=2))
   assert np.isfinite(np.asarray(out)).all()
   bias = variables["params"]["out"].get("bias")
   np.testing.assert_array_equal(np.asarray(out[1]), 0 if bias is None else np.broadcast_to(bias, out[1].shape))
