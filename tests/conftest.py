@@ -133,6 +133,7 @@ def run_py_here(run_module, capfd, monkeypatch):
     argv = ["run.py", *args]
     monkeypatch.setattr(sys, "argv", argv)  # config_flags reads the --config.<key> overrides from sys.argv
     flags.FLAGS.unparse_flags()  # every flag at its default but those given, as in a new process
+    defined = set(flags.FLAGS)  # the --config.<key> overrides parsed below define flags that a new process lacks
     try:
       run_module.main(run_module._parse_flags(argv))  # pylint: disable=protected-access
       status = 0
@@ -147,6 +148,8 @@ def run_py_here(run_module, capfd, monkeypatch):
       for s, handler in handlers.items():
         signal.signal(s, handler)
       flags.FLAGS.unparse_flags()
+      for name in set(flags.FLAGS) - defined:  # else the next call overriding the same key: DuplicateFlagError
+        delattr(flags.FLAGS, name)
       _set_logging_levels(levels)
     out, err = capfd.readouterr()
     return subprocess.CompletedProcess(argv, status, out, err)

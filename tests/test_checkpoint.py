@@ -19,7 +19,7 @@ from rpr import checkpoint
 from rpr import checksums
 from rpr import data
 from rpr import provenance
-from tests.test_train import ROOT, _SigtermAt, _env, load_state, run_py_here_anew, tiny_config
+from tests.test_train import ROOT, _SigtermAt, _env, load_state, tiny_config
 from rpr import record as record_lib
 from tests.test_train import ConfigError, validate, train_run
 
@@ -378,7 +378,7 @@ def test_run_py_reports_either_in_one_line_with_exit_status_2(runs, tmp_path, co
     message = r"the config differs from .*config.json.*: seed 0 -> 1; .*--allow_config_change=seed"
   argv = ["--config=configs/tiny.py", f"--workdir={workdir}", *args]
   if case == "changed_config":
-    proc = run_py_here_anew(run_py_here, argv)
+    proc = run_py_here(argv)
   else:
     proc = subprocess.run([sys.executable, "run.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env=_env(compilation_cache))

@@ -25,7 +25,7 @@ from rpr import train
 from rpr import workdir
 from rpr import writers
 from rpr.records import read_jsonl
-from tests.test_train import ROOT, _SigtermAt, _env, run_py_here_anew, tiny_config
+from tests.test_train import ROOT, _SigtermAt, _env, tiny_config
 from tests.test_workdir import one_error_line
 from tests.test_train import ConfigError, validate, train_run
 
@@ -358,7 +358,7 @@ def test_a_file_size_limit_from_the_start_is_one_line_and_the_next_run_starts_ov
   # The same command again, with space: run.py in this process (conftest.py's run_py_here, its flag parser and main;
   # the limited run above is the one whose process matters), its warnings read from the log.
   with caplog.at_level(logging.WARNING):
-    again = run_py_here_anew(run_py_here, [*LIMITED, f"--workdir={tmp_path}"])
+    again = run_py_here([*LIMITED, f"--workdir={tmp_path}"])
   assert again.returncode == 0, again.stderr[-3000:]
   assert not warnings_of(caplog, "Took over the lock") and (tmp_path / workdir.LOCK).read_text() == ""
   assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [2, 4, 6, 8]

@@ -38,21 +38,6 @@ def _env(cache_dir, devices=None):
   return env
 
 
-def run_py_here_anew(run_py_here, args):
-  """conftest.py's ``run_py_here(args)`` (run.py in this process), then the ``--config.<key>`` flags that the overrides
-  in ``args`` defined removed again, as a new process starts without them: absl refuses to define a flag twice, so a
-  later run.py in this process overriding the same key would end in a DuplicateFlagError instead of running."""
-  from absl import flags
-
-  before = set(flags.FLAGS)
-  try:
-    return run_py_here(args)
-  finally:
-    for name in set(flags.FLAGS) - before:
-      if name.startswith("config."):
-        delattr(flags.FLAGS, name)
-
-
 def tiny_config(**overrides):
   """configs/tiny.py with ``overrides`` (``model`` keys: ``model={"d_model": 16}``)."""
   from configs import tiny
@@ -310,7 +295,7 @@ def test_every_config_file_validates_and_run_py_trains_with_overrides(tmp_path, 
   # above trained.
   workdir = tmp_path / "cli"
   with caplog.at_level(logging.INFO):
-    proc = run_py_here_anew(run_py_here, ["--config=configs/tiny.py", f"--workdir={workdir}",
+    proc = run_py_here(["--config=configs/tiny.py", f"--workdir={workdir}",
                                           "--config.num_train_steps=8", "--config.eval_splits=()",
                                           "--config.model.dropout_rate=0.1", "--config.log_every_steps=1",
                                           "--verbosity=0"])
@@ -374,11 +359,11 @@ def test_user_errors_are_one_line_with_exit_status_2(tmp_path, args, message, ru
   file = tmp_path / "a_file"
   file.write_text("")
   argv = ["--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}"] + [a.format(file=file) for a in args]
-  proc = run_py_here_anew(run_py_here, argv)
+  proc = run_py_here(argv)
   lines = [l for l in proc.stderr.splitlines() if l.startswith("run.py: error:")]
   assert proc.returncode == 2 and len(lines) == 1 and re.search(message, lines[0]), proc.stderr[-2000:]
   assert "Traceback" not in proc.stderr
-  debug = run_py_here_anew(run_py_here, argv + ["--debug"])
+  debug = run_py_here(argv + ["--debug"])
   assert debug.returncode != 0 and "Traceback" in debug.stderr
 
 

@@ -21,7 +21,7 @@ from rpr import checkpoint
 from rpr import train
 from rpr import workdir
 from rpr.records import read_jsonl
-from tests.test_train import ROOT, _env, load_state, run_py_here_anew, timeless_records, tiny_config
+from tests.test_train import ROOT, _env, load_state, timeless_records, tiny_config
 from tests.test_train import ConfigError, validate, train_run
 
 # No TensorBoard events: no test here reads them, and writing them imports TensorFlow (seconds of CPU).
@@ -320,7 +320,7 @@ def test_each_user_error_is_one_line_with_exit_status_2(tmp_path, compilation_ca
     (run / "checkpoints").write_text("")
   target = tmp_path / "file" / "run" if case == "workdir under a file" else run
   argv = [*args, f"--workdir={target}"]
-  line = one_error_line(run_py(argv, compilation_cache) if case == "diverged" else run_py_here_anew(run_py_here, argv))
+  line = one_error_line(run_py(argv, compilation_cache) if case == "diverged" else run_py_here(argv))
   expected = {
       "missing config file": r"--config 'configs/nope.py': 'configs/nope.py' is not a file",
       "non-config get_config": r"get_config returned a dict; allowed: an ml_collections.ConfigDict",
@@ -396,7 +396,7 @@ def test_killed_at_any_moment_the_rerun_equals_a_straight_run(straight, tmp_path
   _, stderr = proc.communicate(timeout=300)
   finished = proc.returncode == 0
   assert proc.returncode == (-9 if how == signal.SIGKILL else 3) or finished, (proc.returncode, stderr[-3000:])
-  again = run_py_here_anew(run_py_here, [*KILL, f"--workdir={path}"])
+  again = run_py_here([*KILL, f"--workdir={path}"])
   assert again.returncode == 0, again.stderr[-3000:]
   a, b = load_state(reference, 24), load_state(path, 24)
   for k in a:
