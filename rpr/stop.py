@@ -39,8 +39,9 @@ class Request:
     self.requested = False
 
   def __call__(self, signum, frame):
-    logging.warning("Received signal %d: saving a checkpoint after this step, then stopping.", signum)
     self.requested = True
+    if not _at_once:  # before the first step the watcher thread ends the process, in its own one warning
+      logging.warning("Received signal %d: saving a checkpoint after this step, then stopping.", signum)
 
 
 _current: list[Request] = []

@@ -8,27 +8,37 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from rpr import stop
 from rpr import workdir
 from rpr.records import read_jsonl
 from tests.test_train import ROOT, _env, tiny_config, train_run
 
 BLOCKED = """
-import sys, numpy as np
+import sys, time, numpy as np
 from rpr import stop, workdir
 workdir.acquire(sys.argv[1])
 with stop.handle_signals() as request:
   stop.end_at_once(request, workdir.release_all)
   print("blocking", flush=True)
-  a = np.ones((4000, 4000))
-  for _ in range(100):  # minutes of C code: no Python handler runs until a product returns
-    a @ a
+  if sys.argv[2] == "C":
+    a = np.ones((4000, 4000))
+    for _ in range(100):  # minutes of C code: no Python handler runs until a product returns
+      a @ a
+  else:
+    for _ in range(6000):  # Python between short waits: its handler runs as soon as the signal arrives
+      time.sleep(0.01)
 """
 
 
-def test_a_signal_ends_a_process_blocked_in_c_code_at_once_and_releases_its_lock(tmp_path):
-  proc = subprocess.Popen([sys.executable, "-c", BLOCKED, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("main_thread", ["C", "Python"])
+def test_a_signal_before_the_first_step_ends_the_process_at_once_in_one_line_and_releases_its_lock(tmp_path,
+                                                                                                  main_thread):
+  # In C code only the watcher thread acts; in Python the loop's handler runs too, and says nothing (its warning
+  # of a checkpoint "after this step" beside the watcher's was two lines, the first of them untrue).
+  proc = subprocess.Popen([sys.executable, "-c", BLOCKED, str(tmp_path), main_thread], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   assert proc.stdout.readline() == "blocking\n"
   time.sleep(0.3)
   t0 = time.time()
