@@ -24,11 +24,13 @@ from rpr import progress
 from rpr import records as records_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# 100 steps of the tiny config with a checkpoint every 10: the run is seconds long, so a signal lands mid-way.
+# 50 steps of the tiny config with a checkpoint every 10: the run is seconds long, so a signal sent at its first
+# record (step 10) lands mid-way.
 # No TensorBoard events (test_train.py's run.py test has them) and one evaluation split: each run.py process is
 # spared TensorFlow's import and the long split's decoder.
-LONG_TINY = (("num_train_steps", 100), ("checkpoint_every_steps", 10), ("eval_every_steps", 50), ("tensorboard", False),
-             ("eval_splits", ("valid",)))
+STEPS = 50
+LONG_TINY = (("num_train_steps", STEPS), ("checkpoint_every_steps", 10), ("eval_every_steps", 25),
+             ("tensorboard", False), ("eval_splits", ("valid",)))
 
 
 def _job(workdir, settings=LONG_TINY, name="tiny"):
@@ -111,10 +113,10 @@ def test_local_jobs_two_at_once_one_signalled_requeues_and_ends_as_the_unbroken_
   assert len(ids) == 2
   # Both ran at once: the second job started before the first ended.
   spans = {w: _spans(w) for w in (a.workdir, b.workdir)}
-  assert len(spans[b.workdir]) == 1 and spans[b.workdir][0] == (0, 100)
+  assert len(spans[b.workdir]) == 1 and spans[b.workdir][0] == (0, STEPS)
   # a: stopped mid-way with a checkpoint, then the requeued job resumed it from there to the end.
   (first, stop), (resumed, end) = spans[a.workdir]
-  assert first == 0 and 0 < stop < 100 and resumed == stop and end == 100, spans[a.workdir]
+  assert first == 0 and 0 < stop < STEPS and resumed == stop and end == STEPS, spans[a.workdir]
   err = pathlib.Path(manifest[a.workdir]["err"]).read_text()
   assert "Caught signal SIGUSR2" in err and "Requeued job" in err
   assert _final(a.workdir) == _final(b.workdir)
@@ -124,7 +126,7 @@ def test_local_jobs_two_at_once_one_signalled_requeues_and_ends_as_the_unbroken_
     with open(tmp_path / "submitit" / f"{manifest[j.workdir]['job_id']}_0_result.pkl", "rb") as f:
       assert pickle.load(f) == ("success", {"state": "done", "workdir": j.workdir})
   rows = status.status([a, b], folder)
-  assert [(r.state, r.step, r.eta_s) for r in rows] == [("done", 100, None)] * 2
+  assert [(r.state, r.step, r.eta_s) for r in rows] == [("done", STEPS, None)] * 2
   # The runs' logs are files: the launcher's own log says how far each running run is.
   said = [r.getMessage().split() for r in caplog.records if r.module == "launch"]
   assert any(w[:3] == ["a", "running", "step"] and "ETA" in w for w in said), said
@@ -183,7 +185,7 @@ def test_slurm_array_through_stubs_signals_requeues_and_resumes(tmp_path, monkey
   assert "scancel 1000_0 --signal=USR2" in calls and "scontrol requeue 1000_0" in calls
   assert "scontrol requeue 1000_1" not in calls
   (first, stop), (resumed, end) = _spans(a.workdir)
-  assert first == 0 and 0 < stop < 100 and resumed == stop and end == 100  # the requeued job resumed the run
+  assert first == 0 and 0 < stop < STEPS and resumed == stop and end == STEPS  # the requeued job resumed the run
   assert [r.state for r in status.status([a, b], folder)] == ["done", "failed"]
   assert "the config has no key 'no_such_key'" in pathlib.Path(manifest()[b.workdir]["err"]).read_text()
 
@@ -312,7 +314,8 @@ def test_a_workdir_another_process_holds_is_passed_over_not_submitted(tmp_path, 
 def test_status_reads_each_run_from_its_workdir_and_its_job(tmp_path):
   folder = tmp_path / "submitit"
   folder.mkdir()
-  jobs = {name: _job(tmp_path / name) for name in ("done", "running", "failed", "stopped", "queued", "new")}
+  jobs = {name: _job(tmp_path / name, settings=(("num_train_steps", 100),))
+          for name in ("done", "running", "failed", "stopped", "queued", "new")}
   for name, step in (("done", 100), ("running", 40), ("failed", 20), ("stopped", 30)):
     records = [{"step": step, "train/loss": 1.0, "train/steps_per_sec": 2.0}]
     if name == "done":
