@@ -52,6 +52,7 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from rpr.peers import HEARTBEAT_SECONDS  # noqa: E402
 from rpr.stop import STOPPED  # noqa: E402  (exit status 3: stopped by a signal, resumable)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -69,6 +70,10 @@ _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "--multihost: the j
                                       lower_bound=1)
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "--multihost: this process's index; None: detected.",
                                    lower_bound=0)
+_HEARTBEAT = flags.DEFINE_integer(
+    "heartbeat_seconds", HEARTBEAT_SECONDS, "--multihost: a process silent this long counts as dead, and every "
+    "other ends within about this plus a few seconds, naming it.", lower_bound=1)
+_MULTIHOST_ONLY = ("coordinator_address", "num_processes", "process_id", "heartbeat_seconds")
 _PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print the resolved config and exit.")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show the traceback of a user error instead of one line.")
 _RESTORE_UNVERIFIED = flags.DEFINE_bool(
@@ -102,7 +107,11 @@ def _fail(message: str) -> None:
 def _parse_flags(argv):
   """absl's flag parsing; a bad flag or config override is one line, not a traceback."""
   try:
-    return flags.FLAGS(argv)
+    parsed = flags.FLAGS(argv)
+    alone = [f"--{name}={flags.FLAGS[name].value}" for name in _MULTIHOST_ONLY if flags.FLAGS[name].present]
+    if alone and not _MULTIHOST.value:  # options that would do nothing
+      raise flags.ValidationError(f"{', '.join(alone)}: {'acts' if len(alone) == 1 else 'act'} only with --multihost")
+    return parsed
   except (flags.Error, KeyError, ValueError, TypeError, AttributeError) as e:
     if _debugging(argv):
       raise
@@ -232,7 +241,7 @@ def _start(config, single: bool) -> None:
   if _MULTIHOST.value:
     from rpr import peers
 
-    peers.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)  # its heartbeat bound
+    peers.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _HEARTBEAT.value)
   from rpr import train
 
   config_lib.check_devices(config, jax.device_count())  # the batch sizes against the devices, before any log line

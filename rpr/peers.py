@@ -9,8 +9,8 @@ coordinator did. jaxlib's hook for that moment (``missed_heartbeat_callback``) c
 (jaxlib 0.10.2 ends the process with ``std::bad_cast`` when it calls one), so nothing inside the process can
 turn the abort into a line. Hence two parts:
 
-- :func:`initialize` starts JAX's runtime with a heartbeat timeout of :data:`HEARTBEAT_SECONDS`, which bounds
-  how long a survivor waits;
+- :func:`initialize` starts JAX's runtime with a heartbeat timeout (:data:`HEARTBEAT_SECONDS` unless
+  ``run.py --heartbeat_seconds`` says otherwise), which bounds how long a survivor waits;
 - :func:`supervise` runs the process's work as a child (the same command) and relays its stderr. When the child
   is aborted by the coordination service, the parent drops the abort's report and says instead, in one line and
   with exit status 2, which process stopped responding (process 0, "the coordinator", when the service itself
@@ -35,6 +35,7 @@ import time
 from typing import IO, Optional
 
 HEARTBEAT_SECONDS = 10  # a process silent this long is dead: every survivor ends within about this plus a few s
+_heartbeat = [HEARTBEAT_SECONDS]  # the running job's, set by initialize()
 SUPERVISED = "RPR_SUPERVISED"  # set in the child's environment: the process that does the work
 _ABORT = re.compile(r"^F\d{4} .*(JAX distributed service detected fatal errors|coordination)")
 _COORDINATION = re.compile(r"^[EW]\d{4} \S+ +\d+ (coordination_service|coordination_service_agent|"
@@ -44,15 +45,17 @@ _STEP = re.compile(r"\] step (\d+)/\d+: |Resumed from the checkpoint of step (\d
 _PROCESS = re.compile(r"\] JAX process (\d+) of (\d+), ")  # run.py's line once the runtime is up
 
 
-def initialize(coordinator_address: Optional[str], num_processes: Optional[int], process_id: Optional[int]) -> None:
-  """``jax.distributed.initialize`` with a heartbeat timeout of :data:`HEARTBEAT_SECONDS`; CPU hosts (and the
+def initialize(coordinator_address: Optional[str], num_processes: Optional[int], process_id: Optional[int],
+               heartbeat_seconds: int = HEARTBEAT_SECONDS) -> None:
+  """``jax.distributed.initialize`` with a heartbeat timeout of ``heartbeat_seconds``; CPU hosts (and the
   tests, several processes on one machine) exchange arrays through gloo (accelerators use their own
   collectives and ignore this setting)."""
   import jax
 
+  _heartbeat[0] = heartbeat_seconds
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(coordinator_address, num_processes, process_id,
-                             heartbeat_timeout_seconds=HEARTBEAT_SECONDS)
+                             heartbeat_timeout_seconds=heartbeat_seconds)
 
 
 def running() -> bool:
@@ -65,7 +68,7 @@ def settle() -> None:
   """Called with an error on its way out of a multi-process run: waits long enough for the coordination service
   to abort this process if a peer died (the error was then only its echo); returns if none did."""
   if running():
-    time.sleep(HEARTBEAT_SECONDS + 5)
+    time.sleep(_heartbeat[0] + 5)
 
 
 def exit_now(status: int) -> None:

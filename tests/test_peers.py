@@ -75,7 +75,8 @@ def test_the_relay_names_the_dead_peer_of_an_abort_and_drops_its_report():
 
 
 JOB = ["--config=configs/tiny.py", "--config.num_train_steps=4000", "--config.checkpoint_every_steps=4",
-       "--config.log_every_steps=4", "--config.eval_splits=()", "--config.tensorboard=False"]
+       "--config.log_every_steps=4", "--config.eval_splits=()", "--config.tensorboard=False",
+       "--heartbeat_seconds=3"]  # a survivor waits this long for a dead process's heartbeat (10 s by default)
 
 
 def _start(workdir, cache, logs):
@@ -123,3 +124,18 @@ def test_a_dead_peer_is_named_in_one_line_within_30_s_and_the_run_resumes(tmp_pa
     assert not re.search(r"^[EF]\d{4} ", err, re.M), err[-3000:]  # no error line of JAX's or orbax's
     if attempt:
       assert "Resumed from the checkpoint of step" in err, err[-3000:]
+
+
+def test_the_heartbeat_timeout_is_the_one_given_and_bounds_the_wait_for_a_verdict(monkeypatch):
+  import jax
+
+  given, slept = {}, []
+  monkeypatch.setattr(jax.distributed, "initialize", lambda *args, **kwargs: given.update(kwargs))
+  monkeypatch.setattr(jax.config, "update", lambda *args: None)  # gloo: not for this process's own runtime
+  monkeypatch.setattr(peers, "_heartbeat", [peers.HEARTBEAT_SECONDS])
+  peers.initialize("localhost:1234", 2, 0, 3)
+  assert given["heartbeat_timeout_seconds"] == 3
+  monkeypatch.setattr(peers, "running", lambda: True)
+  monkeypatch.setattr(time, "sleep", slept.append)
+  peers.settle()  # an error that may echo a dead peer waits out the heartbeat before it is reported
+  assert slept == [3 + 5]

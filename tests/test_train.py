@@ -352,6 +352,8 @@ def test_a_newly_registered_scheme_trains_through_the_engine(tmp_path):
     (["--config.num_train_steps=abc"], r"--config.num_train_steps=abc: invalid literal"),
     (["--config=configs/arithmetic.py:pe=bogus"], r"pe='bogus' is not allowed; allowed: one of \['alibi'"),
     (["--workdir={file}"], r"--workdir '.*' is a file; allowed: a directory"),
+    (["--process_id=1", "--heartbeat_seconds=3"], r"--process_id=1, --heartbeat_seconds=3: act only with --multihost$"),
+    (["--multihost", "--heartbeat_seconds=0"], r"--heartbeat_seconds=0: 0 is not a positive integer"),
 ])
 def test_user_errors_are_one_line_with_exit_status_2(tmp_path, args, message, run_py_here):
   # In this process (conftest.py's run_py_here): run.py's flag parser and main, each case twice; the same through
