@@ -6,9 +6,6 @@ reproduce each cell, and ``tests/paper_cells.py`` checks that each is the cell i
 the base model with relative positions only.
 """
 
-from __future__ import annotations
-
-__all__ = ["BASE_K", "TABLE1", "TABLE2", "TABLE3", "TABLES"]
 TABLES = ("table1", "table2", "table3")
 # Shaw et al. (2018), Tables 1-3: BLEU on WMT14 EN-DE (arXiv 1803.02155).
 # Table 1: (model preset, position information) -> newstest2014.

@@ -232,9 +232,8 @@ def _not_cached(run_dir: str) -> list[str]:
 
 def readme_block(tables: Sequence[Table], root: str = RESULTS, out: str = OUT) -> str:
   """The headline tables, as the README's results open with them (between :data:`MARKERS`): each five-seed table
-  once two of its rows have finished runs (one row compares nothing), its history twin (``history_<name>``) until
-  then, the pilots and their budget rule.
-  The paired bootstraps come from ``<out>/bootstrap.json`` (:func:`write` computes them)."""
+  once two of its rows have runs (one row compares nothing), else its history twin (``history_<name>``); then the
+  pilots and their budget rule. The paired bootstraps come from ``<out>/bootstrap.json`` (:func:`write`)."""
   cache = _cache(out)
   by_name, shown = {t.name: t for t in tables}, []
   for t in tables:

@@ -121,6 +121,14 @@ def test_modules_and_functions_stay_small():
         f"{MAX_FUNCTION_LINES})")
 
 
+MAX_EXPERIMENTS_LINES = 3000  # the whole of experiments/: a small library behind one command, not a framework
+
+
+def test_the_experiments_folder_stays_a_small_library():
+  lines = {p.relative_to(RPR.parent).as_posix(): _sizes(p)[0] for p in (RPR.parent / "experiments").rglob("*.py")}
+  assert sum(lines.values()) <= MAX_EXPERIMENTS_LINES, sorted(lines.items(), key=lambda kv: -kv[1])[:5]
+
+
 # experiments/: a library that any experiment, command or sweep may use, and that imports none of them (sweeps: the
 # registry of the sweeps the config files declare).
 EXPERIMENTS_LIBRARY = ("engine", "runs", "render", "machine", "settings", "paper", "protocol", "stats", "sweeps")
