@@ -194,7 +194,7 @@ def main(argv):
         stop.end_at_once(request, workdir.release_all)  # until the first step: XLA may block for minutes
       _run()
   except Exception as e:  # user errors are one line; bugs keep their traceback
-    peers.settle()  # several processes: a dead peer, if that is what the error echoes, is named instead
+    peers.settle(_HEARTBEAT.value)  # several processes: a dead peer, if the error echoes one, is named instead
     if isinstance(e, _user_errors()) and not _debugging():
       _fail(str(e))
     raise

@@ -35,7 +35,6 @@ import time
 from typing import IO, Optional
 
 HEARTBEAT_SECONDS = 10  # a process silent this long is dead: every survivor ends within about this plus a few s
-_heartbeat = [HEARTBEAT_SECONDS]  # the running job's, set by initialize()
 SUPERVISED = "RPR_SUPERVISED"  # set in the child's environment: the process that does the work
 _ABORT = re.compile(r"^F\d{4} .*(JAX distributed service detected fatal errors|coordination)")
 _COORDINATION = re.compile(r"^[EW]\d{4} \S+ +\d+ (coordination_service|coordination_service_agent|"
@@ -52,7 +51,6 @@ def initialize(coordinator_address: Optional[str], num_processes: Optional[int],
   collectives and ignore this setting)."""
   import jax
 
-  _heartbeat[0] = heartbeat_seconds
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(coordinator_address, num_processes, process_id,
                              heartbeat_timeout_seconds=heartbeat_seconds)
@@ -64,11 +62,12 @@ def running() -> bool:
   return jax is not None and jax.distributed.is_initialized()
 
 
-def settle() -> None:
-  """Called with an error on its way out of a multi-process run: waits long enough for the coordination service
-  to abort this process if a peer died (the error was then only its echo); returns if none did."""
+def settle(heartbeat_seconds: int = HEARTBEAT_SECONDS) -> None:
+  """Called with an error on its way out of a multi-process run started with ``heartbeat_seconds``: waits long
+  enough for the coordination service to abort this process if a peer died (the error was then only its echo);
+  returns if none did."""
   if running():
-    time.sleep(_heartbeat[0] + 5)
+    time.sleep(heartbeat_seconds + 5)
 
 
 def exit_now(status: int) -> None:

@@ -126,16 +126,15 @@ def test_a_dead_peer_is_named_in_one_line_within_30_s_and_the_run_resumes(tmp_pa
       assert "Resumed from the checkpoint of step" in err, err[-3000:]
 
 
-def test_the_heartbeat_timeout_is_the_one_given_and_bounds_the_wait_for_a_verdict(monkeypatch):
+def test_the_heartbeat_timeout_given_reaches_jax_and_bounds_the_wait_for_a_verdict(monkeypatch):
   import jax
 
   given, slept = {}, []
   monkeypatch.setattr(jax.distributed, "initialize", lambda *args, **kwargs: given.update(kwargs))
   monkeypatch.setattr(jax.config, "update", lambda *args: None)  # gloo: not for this process's own runtime
-  monkeypatch.setattr(peers, "_heartbeat", [peers.HEARTBEAT_SECONDS])
   peers.initialize("localhost:1234", 2, 0, 3)
   assert given["heartbeat_timeout_seconds"] == 3
   monkeypatch.setattr(peers, "running", lambda: True)
   monkeypatch.setattr(time, "sleep", slept.append)
-  peers.settle()  # an error that may echo a dead peer waits out the heartbeat before it is reported
+  peers.settle(3)  # an error that may echo a dead peer waits out the heartbeat before it is reported
   assert slept == [3 + 5]
