@@ -100,10 +100,10 @@ def colours(names: Sequence[str]) -> list:
 def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Sequence[float], Sequence[tuple]]],
                baselines: Sequence[tuple[str, float]] = (), curve_label: str = "", per_panel: int = 8) -> None:
   """A table's cells, one colour each (at most ``per_panel`` a panel, the panels of equal size and scale): left,
-  each seed's final value (thin dots) and the mean with its 95% CI (bold); right, each seed's learning curve (thin)
-  and the mean over seeds (bold), the last step of each seed marked x. Each cell keeps its colour across plots
-  (:func:`colours`). Baselines (of the table's metric, on the test split) are grey lines on the left panel only:
-  the curves are validation scores.
+  each seed's final value (small dots, just left of the bar) and the mean with its 95% CI (bold); right, each
+  seed's learning curve (thin) and the mean over seeds (bold), the last step of each seed marked x. Each cell
+  keeps its colour across plots (:func:`colours`). Baselines (of the table's metric, on the test split) are grey
+  lines on the left panel only: the curves are validation scores.
 
   Args:
     cells: (name, final values, curves: one (steps, values) per seed).
@@ -120,7 +120,7 @@ def table_plot(path: str, title: str, ylabel: str, cells: Sequence[tuple[str, Se
   for (left, *right), panel in zip(axes, panels):
     for i, ((name, finals, curves), colour) in enumerate(zip(panel, colours([c[0] for c in panel]))):
       v = np.asarray(finals, np.float64)
-      left.plot([i] * len(v), v, ".", color=colour, alpha=0.6)
+      left.plot([i - 0.15] * len(v), v, "o", color=colour, markersize=4, alpha=0.7)  # beside the CI bar, not under it
       if len(v):
         c = stats.cell(v)  # the tables' own CI
         left.errorbar([i], [c.mean], yerr=[0.0 if c.n < 2 else (c.high - c.low) / 2], fmt="o", color=colour,
