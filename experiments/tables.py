@@ -14,6 +14,7 @@ comparison).
 
 from __future__ import annotations
 
+import collections
 import glob
 import gzip
 import hashlib
@@ -231,17 +232,18 @@ def _not_cached(run_dir: str) -> list[str]:
 
 
 def readme_block(tables: Sequence[Table], root: str = RESULTS, out: str = OUT) -> str:
-  """The headline tables, as the README's results open with them (between :data:`MARKERS`): each five-seed table
-  once two of its rows have runs (one row compares nothing), else its history twin (``history_<name>``); then the
-  pilots and their budget rule. The paired bootstraps come from ``<out>/bootstrap.json`` (:func:`write`)."""
+  """The README's results (between :data:`MARKERS`): each five-seed table once a row is tested against its reference
+  (2 seeds a side), else its history twin (``history_<name>``); then the pilots and their budget rule. The paired
+  bootstraps come from ``<out>/bootstrap.json`` (:func:`write`)."""
   cache = _cache(out)
   by_name, shown = {t.name: t for t in tables}, []
   for t in tables:
     if t.headline:
       records, twin = frame(t, root), by_name.get(f"history_{t.name}")
-      compares = len({r["cell"] for r in records}) > 1
-      if compares or twin is not None:  # a table with neither a comparison nor history waits for its runs
-        shown.append((t, records) if compares else (twin, frame(twin, root)))
+      seeds = collections.Counter(r["cell"] for r in records)  # a test needs 2 seeds a side
+      tested = seeds[t.reference] > 1 and any(n > 1 for cell, n in seeds.items() if cell != t.reference)
+      if tested or twin is not None:  # a table with neither a test nor history waits for its runs
+        shown.append((t, records) if tested else (twin, frame(twin, root)))
   block = "\n\n".join([*(markdown(t, records, boot=bootstrap(t, root, cache, _not_cached)) for t, records in shown),
                        budget_section(root)])  # under the pilots: the budget their runs fixed, or not yet
   said = answers(shown)

@@ -110,13 +110,15 @@ def test_the_readme_opens_its_results_with_the_generated_tables(committed_runs_o
   assert all(section in written for section in tables_part.split("\n\n**"))
 
 
-def test_each_headline_table_falls_back_to_its_history_until_two_of_its_rows_have_runs(root):
+def test_each_headline_table_falls_back_to_its_history_until_one_of_its_rows_is_tested(root):
   history = protocol.Table("history_t", "Old table", "test/bleu", (protocol.Row("a"),), "a", "x/{cell}")
   rows = (protocol.Row("a"), protocol.Row("b"))
   empty = protocol.Table("t", "New table", "test/bleu", rows, "a", "y/{cell}", headline=True)
   assert tables.readme_block([empty, history], str(root)).startswith("**Old table**")
   only_reference = dataclasses.replace(empty, rows=(protocol.Row("a", folder="x/a"), protocol.Row("b")))
   assert tables.readme_block([only_reference, history], str(root)).startswith("**Old table**")  # compares nothing
+  one_seed = dataclasses.replace(empty, rows=(protocol.Row("a", folder="x/a"), protocol.Row("d", folder="x/d")))
+  assert tables.readme_block([one_seed, history], str(root)).startswith("**Old table**")  # d has 1 seed: no test
   assert tables.readme_block([dataclasses.replace(empty, folder="x/{cell}"), history], str(root)).startswith(
       "**New table**")
 
