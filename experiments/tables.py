@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import os
+import pathlib
 import re
 from typing import Callable, Optional, Sequence
 
@@ -53,36 +54,41 @@ def markdown(table: Table, records: Sequence[dict], boot: Optional[dict] = None)
   """The table: row, paper, ours (mean ± CI half-width, n, steps), difference to the reference with its CI, Holm p
   and the verdict (with the minimum detectable effect beside "not separated"); baselines beneath. With ``boot``
   (:func:`bootstrap`), a last column: of the seeds paired with the reference's, how many differ on the test set
-  (paired bootstrap p < 0.05)."""
+  (paired bootstrap p < 0.05). Where the runs scored the mean of their last checkpoints (``test_avg/``, as the
+  paper reports), its mean ± CI sits beside the final state's, untested."""
   values, comparisons = _compared(table, records)
   steps = {r.cell: sorted({x["steps"] for x in records if x["cell"] == r.cell}) for r in table.rows}
+  averaged = table.metric.replace("test/", "test_avg/")
+  averaged = [averaged] if any(x.get(averaged) is not None for x in records) else []
   digits = table.digits
   f = lambda v: render.fmt(v, digits)  # noqa: E731
+  mean_ci = lambda c: f"{f(c.mean)} ± {f((c.high - c.low) / 2)}" if c.n > 1 else f(c.mean)  # noqa: E731
   rows = []
   for r in table.rows:
     v, head = values[r.cell], [r.paper_row or "-", f"`{r.cell}`", f(r.paper)]  # the row, and the paper's beside it
     if not v:
-      rows.append([*head, "no finished run", "", "", "", ""])
+      rows.append([*head, "no finished run", "", *[""] * len(averaged), "", "", ""])
       continue
     c, cmp = stats.cell(v), comparisons.get(r.cell)
-    ours = f"{f(c.mean)} ± {f((c.high - c.low) / 2)}" if c.n > 1 else f(c.mean)
-    n = f"{c.n} ({'/'.join(f'{s:,}' for s in steps[r.cell])})"
+    avg = [[x[m] for x in records if x["cell"] == r.cell and x.get(m) is not None] for m in averaged]
+    ours = [mean_ci(c), f"{c.n} ({'/'.join(f'{s:,}' for s in steps[r.cell])})",
+            *(mean_ci(stats.cell(a)) if len(a) == c.n else "-" for a in avg)]  # "-": not every seed averaged
     if r.cell == table.reference:
       compared = ["reference", "", ""]
     elif cmp is None or math.isnan(cmp.p_holm):
       compared = [f"{cmp.diff:+.{digits}f}" if cmp else "", "", "not tested (< 2 seeds a side)"]
     else:
       compared = [_interval(cmp, digits), _p(cmp.p_holm), _said(table, cmp, f"not separated (MDE {f(cmp.mde)})")]
-    rows.append([*head, ours, n, *compared])
-  rows += [[name, "baseline", "", f(value), "", "", "", ""] for name, value in table.baselines]
-  header = ["paper's row", "cell", "paper", "ours (mean ± 95% CI)", "n (steps)", f"vs `{table.reference}` [95% CI]",
-            "Holm p", "verdict"]
+    rows.append([*head, *ours, *compared])
+  rows += [[name, "baseline", "", f(value), "", *[""] * len(averaged), "", "", ""] for name, value in table.baselines]
+  header = ["paper's row", "cell", "paper", "ours (mean ± 95% CI)", "n (steps)",
+            *["last checkpoints averaged"] * len(averaged), f"vs `{table.reference}` [95% CI]", "Holm p", "verdict"]
   if boot:
     header.append("test set: seeds with p < 0.05")
     for row in rows:
       ps = boot.get(row[1].strip("`"), [])
       row.append(f"{sum(p < stats.ALPHA for p in ps)} of {len(ps)}" if ps else "")
-  align = ["---", "---", *[render.RIGHT] * 5, "---", *([render.RIGHT] if boot else [])]
+  align = ["---", "---", *[render.RIGHT] * (5 + len(averaged)), "---", *([render.RIGHT] if boot else [])]
   if not any(r.paper_row or r.paper is not None for r in table.rows):  # nothing of the paper's (run.py's table)
     header, align = [header[1], *header[3:]], [align[1], *align[3:]]
     rows = [[row[0] if row[1] == "baseline" else row[1], *row[3:]] for row in rows]
@@ -143,11 +149,7 @@ def _lines(path: str) -> list[str]:
 
 
 def _digest(*paths: str) -> str:
-  h = hashlib.sha256()
-  for p in paths:
-    with open(p, "rb") as f:
-      h.update(f.read())
-  return h.hexdigest()[:16]
+  return hashlib.sha256(b"".join(pathlib.Path(p).read_bytes() for p in paths)).hexdigest()[:16]
 
 
 def bootstrap(table: Table, root: str, cache: dict, references: Callable[[str], list[str]]) -> dict[str, list[float]]:
@@ -219,11 +221,8 @@ def _p(p: float) -> str:
 
 
 def _cache(out: str) -> dict:
-  path = os.path.join(out, BOOTSTRAP)
-  if not os.path.exists(path):
-    return {}
-  with open(path, encoding="utf-8") as f:
-    return json.load(f)
+  path = pathlib.Path(out, BOOTSTRAP)
+  return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
 def _not_cached(run_dir: str) -> list[str]:
