@@ -232,8 +232,8 @@ def _not_cached(run_dir: str) -> list[str]:
 
 def readme_block(tables: Sequence[Table], root: str = RESULTS, out: str = OUT) -> str:
   """The README's results (between :data:`MARKERS`): each five-seed table once a row is tested against its reference
-  (2 seeds a side), else its history twin (``history_<name>``); then the pilots and their budget rule. The paired
-  bootstraps come from ``<out>/bootstrap.json`` (:func:`write`)."""
+  (2 seeds a side), else its history twin (``history_<name>``); the three questions' answers; then the pilots and
+  their budget rule. The paired bootstraps come from ``<out>/bootstrap.json`` (:func:`write`)."""
   cache = _cache(out)
   by_name, shown = {t.name: t for t in tables}, []
   for t in tables:
@@ -243,11 +243,12 @@ def readme_block(tables: Sequence[Table], root: str = RESULTS, out: str = OUT) -
       tested = seeds[t.reference] > 1 and any(n > 1 for cell, n in seeds.items() if cell != t.reference)
       if tested or twin is not None:  # a table with neither a test nor history waits for its runs
         shown.append((t, records) if tested else (twin, frame(twin, root)))
-  block = "\n\n".join([*(markdown(t, records, boot=bootstrap(t, root, cache, _not_cached)) for t, records in shown),
-                       budget_section(root)])  # under the pilots: the budget their runs fixed, or not yet
-  said = answers(shown)
-  return block + (f"\n\nThe three questions, as the tables answer them (difference [95% CI], Holm p):\n\n{said}"
-                  if said else "")
+  said = answers(shown)  # right under the paper's tables; the pilots, then the budget their runs fixed, below
+  said = [f"The three questions, as the tables answer them (difference [95% CI], Holm p):\n\n{said}"] if said else []
+  text = {t.name: markdown(t, records, boot=bootstrap(t, root, cache, _not_cached)) for t, records in shown}
+  pilots = [name for name in text if name.startswith("pilot_")]
+  return "\n\n".join([*(v for k, v in text.items() if k not in pilots), *said, *(text[k] for k in pilots),
+                       budget_section(root)])
 
 
 def section(table: Table, root: str, out: str, cache: dict, references: Callable[[str], list[str]]) -> str:
