@@ -58,8 +58,7 @@ def markdown(table: Table, records: Sequence[dict], boot: Optional[dict] = None)
   paper reports), its mean ± CI sits beside the final state's, untested."""
   values, comparisons = _compared(table, records)
   steps = {r.cell: sorted({x["steps"] for x in records if x["cell"] == r.cell}) for r in table.rows}
-  averaged = table.metric.replace("test/", "test_avg/")
-  averaged = [averaged] if any(x.get(averaged) is not None for x in records) else []
+  averaged = [m for m in [table.metric.replace("test/", "test_avg/")] if any(x.get(m) is not None for x in records)]
   digits = table.digits
   f = lambda v: render.fmt(v, digits)  # noqa: E731
   mean_ci = lambda c: f"{f(c.mean)} ± {f((c.high - c.low) / 2)}" if c.n > 1 else f(c.mean)  # noqa: E731
