@@ -269,7 +269,8 @@ def test_a_shared_cell_is_the_other_sweeps_run_with_the_same_config():
   assert {(s.name, r.name) for s, r in shared} == {
       ("translation_table2", "k=16"), ("translation_table3", "av=on,ak=on"), ("lm_length", "shaw"),
       ("lm_table3", "av=on,ak=on"), ("translation_absolute", "ak"), ("translation_absolute", "shaw"),
-      ("translation_absolute", "sinusoidal"), ("translation_paper", "shaw"), ("translation_paper", "sinusoidal")}
+      ("translation_absolute", "sinusoidal"), ("translation_paper", "shaw"), ("translation_paper", "sinusoidal"),
+      ("lm_paper", "k=16")}
   for s, run in shared:
     other_sweep, other_name = run.same_as.split("/")
     (other,) = [r for r in sweeps.get(other_sweep).runs if r.name == other_name and r.seed == run.seed]
